@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set-up (if needed), build, and run the whole test suite. Extra arguments go to ctest
+# (e.g. scripts/test.sh -L unit, scripts/test.sh -R Model).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cd build
+# Tests that need a GPU are labelled `gpu`; without one they skip with the reason.
+ctest --output-on-failure --timeout 1200 "$@"

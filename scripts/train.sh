@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# No argument: set-up, build, prepare the demo corpus (fortunes) if missing, train configs/tiny.toml
+# and print samples. With arguments: `bcdtrain train` with them, e.g.
+#   scripts/train.sh --config configs/tiny.toml --train.steps=50
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+if [[ $# -eq 0 ]]; then
+  if [[ ! -f data/fortunes/tokens.h5 ]]; then
+    build/bcdtrain prepare --input /usr/share/games/fortunes --out data/fortunes --vocab-size 2048
+  fi
+  exec build/bcdtrain train --config configs/tiny.toml
+fi
+exec build/bcdtrain train "$@"

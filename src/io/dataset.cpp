@@ -1,0 +1,568 @@
+// Token datasets: text files -> documents -> train/val split -> token ids in <dir>/tokens.h5,
+// written through a temporary directory and a rename; and TokenDataset::open, which checks
+// everything the loader later relies on (offsets, id range) so bad files fail at startup.
+#include "io/dataset.h"
+
+#include <H5Cpp.h>
+#include <tbb/parallel_for.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+
+#include "io/tokenizer.h"
+#include "runtime/error.h"
+
+namespace bcd {
+
+namespace fs = std::filesystem;
+
+const char* split_name(Split s) { return s == Split::kTrain ? "train" : "val"; }
+
+namespace {
+
+constexpr int64_t kFormatVersion = 1;
+constexpr const char* kTokensFile = "tokens.h5";
+constexpr const char* kTokenizerFile = "tokenizer.model";
+
+// ---- Reading inputs ----
+
+std::string read_file(const fs::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) user_error("cannot read {} {} (expected a readable file)", what, path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) user_error("error while reading {} {}", what, path.string());
+  return ss.str();
+}
+
+// Directories contribute their plain files, sorted by name; fortune-style indexes (.dat, .u8),
+// hidden files and symlinks are skipped so `/usr/share/games/fortunes` works as is.
+std::vector<fs::path> list_input_files(const std::vector<std::string>& inputs) {
+  if (inputs.empty()) user_error("prepare: no inputs given (expected files or directories)");
+  std::vector<fs::path> files;
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    fs::file_status st = fs::status(input, ec);
+    if (!fs::exists(st))
+      user_error("input {} does not exist (expected a file or directory)", input);
+    if (fs::is_regular_file(st)) {
+      files.emplace_back(input);
+      continue;
+    }
+    if (!fs::is_directory(st)) {
+      user_error("input {} is neither a regular file nor a directory", input);
+    }
+    std::vector<fs::path> found;
+    for (const fs::directory_entry& e : fs::directory_iterator(input, ec)) {
+      std::string name = e.path().filename().string();
+      if (name.empty() || name[0] == '.') continue;
+      auto ends_with = [&](std::string_view suffix) {
+        return name.size() >= suffix.size() &&
+               name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+      };
+      if (ends_with(".dat") || ends_with(".u8")) continue;
+      std::error_code ec2;
+      if (e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
+      found.push_back(e.path());
+    }
+    if (ec) user_error("cannot list input directory {}: {}", input, ec.message());
+    std::sort(found.begin(), found.end(),
+              [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  if (files.empty()) {
+    user_error(
+        "prepare: the inputs hold no plain files (hidden, .dat, .u8 and symlinked files "
+        "in directories are skipped)");
+  }
+  return files;
+}
+
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\r\n\v\f";
+  size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return {};
+  size_t e = s.find_last_not_of(kSpace);
+  return s.substr(b, e - b + 1);
+}
+
+// Lines of `text` as views, without their '\n'.
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    lines.push_back(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+  }
+  return lines;
+}
+
+bool is_percent_line(std::string_view line) { return line == "%" || line == "%\r"; }
+
+// Documents of one file, trimmed, empty ones dropped. A line holding only "%" anywhere makes
+// it a fortune file (records between such lines); otherwise blank lines separate paragraphs.
+void split_documents(std::string_view text, std::vector<std::string>* docs) {
+  std::vector<std::string_view> lines = split_lines(text);
+  const bool fortune = std::any_of(lines.begin(), lines.end(), is_percent_line);
+  auto is_separator = [&](std::string_view line) {
+    return fortune ? is_percent_line(line) : trim(line).empty();
+  };
+  const char* begin = nullptr;  // start of the current document within `text`
+  const char* end = nullptr;    // end of its last line
+  auto flush = [&] {
+    if (begin) {
+      std::string_view doc = trim(std::string_view(begin, static_cast<size_t>(end - begin)));
+      if (!doc.empty()) docs->emplace_back(doc);
+    }
+    begin = end = nullptr;
+  };
+  for (std::string_view line : lines) {
+    if (is_separator(line)) {
+      flush();
+    } else {
+      if (!begin) begin = line.data();
+      end = line.data() + line.size();
+    }
+  }
+  flush();
+}
+
+// ---- Train/validation split ----
+
+// Uniform in [0, 1) from the document text: the split depends on content only, so duplicates
+// land together and re-running prepare (or adding files) never moves a document across.
+double split_key(const std::string& doc, uint64_t seed) {
+  return static_cast<double>(XXH64(doc.data(), doc.size(), seed) >> 11) * 0x1.0p-53;
+}
+
+// Sets is_val[i]; guarantees both splits non-empty by moving the extreme documents over.
+std::vector<char> assign_splits(const std::vector<std::string>& docs, double val_fraction,
+                                uint64_t seed) {
+  std::vector<double> key(docs.size());
+  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { key[i] = split_key(docs[i], seed); });
+  std::vector<char> is_val(docs.size());
+  for (size_t i = 0; i < docs.size(); ++i) is_val[i] = key[i] < val_fraction;
+  size_t n_val = static_cast<size_t>(std::count(is_val.begin(), is_val.end(), 1));
+  if (n_val == 0) {
+    double lo = *std::min_element(key.begin(), key.end());
+    for (size_t i = 0; i < docs.size(); ++i) is_val[i] |= key[i] == lo;
+  } else if (n_val == docs.size()) {
+    double hi = *std::max_element(key.begin(), key.end());
+    for (size_t i = 0; i < docs.size(); ++i) is_val[i] &= key[i] != hi;
+  }
+  n_val = static_cast<size_t>(std::count(is_val.begin(), is_val.end(), 1));
+  if (n_val == 0 || n_val == docs.size()) {
+    user_error(
+        "prepare: the {} documents are all identical, so they cannot be split into "
+        "train and validation (expected at least 2 distinct documents)",
+        docs.size());
+  }
+  return is_val;
+}
+
+// ---- Tokenizing ----
+
+struct SplitTokens {
+  std::vector<uint32_t> tokens;       // documents concatenated, each ended by EOS
+  std::vector<uint64_t> doc_offsets;  // [n_docs + 1]
+};
+
+SplitTokens encode_split(const Tokenizer& tok, const std::vector<const std::string*>& docs,
+                         int eos_id) {
+  std::vector<std::vector<int>> ids(docs.size());
+  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { ids[i] = tok.encode(*docs[i]); });
+  SplitTokens out;
+  out.doc_offsets.reserve(docs.size() + 1);
+  out.doc_offsets.push_back(0);
+  size_t total = 0;
+  for (const auto& v : ids) total += v.size() + 1;
+  out.tokens.reserve(total);
+  for (const auto& v : ids) {
+    out.tokens.insert(out.tokens.end(), v.begin(), v.end());
+    out.tokens.push_back(static_cast<uint32_t>(eos_id));
+    out.doc_offsets.push_back(out.tokens.size());
+  }
+  return out;
+}
+
+// Add-one smoothed unigram fit on train, mean NLL (nats/token) on val: the loss a model that
+// learned only token frequencies would reach; a real run's val loss should get well below it.
+double unigram_loss(const std::vector<uint32_t>& train, const std::vector<uint32_t>& val,
+                    int vocab_size) {
+  std::vector<uint64_t> count_train(static_cast<size_t>(vocab_size)), count_val(count_train);
+  for (uint32_t t : train) ++count_train[t];
+  for (uint32_t t : val) ++count_val[t];
+  const double log_denom = std::log(static_cast<double>(train.size()) + vocab_size);
+  double nll = 0;
+  for (size_t t = 0; t < count_val.size(); ++t) {
+    if (count_val[t]) {
+      nll += static_cast<double>(count_val[t]) *
+             (log_denom - std::log(static_cast<double>(count_train[t]) + 1.0));
+    }
+  }
+  return val.empty() ? 0.0 : nll / static_cast<double>(val.size());
+}
+
+// ---- HDF5 ----
+
+// HDF5 prints its whole error stack to stderr by default; we report through UserError instead.
+void quiet_hdf5() { H5::Exception::dontPrint(); }
+
+[[noreturn]] void rethrow_hdf5(const H5::Exception& e, const std::string& path, const char* what) {
+  user_error("{} {}: HDF5 error in {}: {}", what, path, e.getFuncName(), e.getDetailMsg());
+}
+
+// Variable-length strings: no size limit and no zero-size type for empty strings (a fixed-size
+// string type of size 0 is invalid in HDF5 1.10).
+void write_attr(H5::H5Object& obj, const char* name, const std::string& v) {
+  H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+  type.setCset(H5T_CSET_UTF8);
+  obj.createAttribute(name, type, H5::DataSpace(H5S_SCALAR)).write(type, v);
+}
+void write_attr(H5::H5Object& obj, const char* name, int64_t v) {
+  obj.createAttribute(name, H5::PredType::STD_I64LE, H5::DataSpace(H5S_SCALAR))
+      .write(H5::PredType::NATIVE_INT64, &v);
+}
+void write_attr(H5::H5Object& obj, const char* name, uint64_t v) {
+  obj.createAttribute(name, H5::PredType::STD_U64LE, H5::DataSpace(H5S_SCALAR))
+      .write(H5::PredType::NATIVE_UINT64, &v);
+}
+void write_attr(H5::H5Object& obj, const char* name, double v) {
+  obj.createAttribute(name, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR))
+      .write(H5::PredType::NATIVE_DOUBLE, &v);
+}
+
+void write_split(H5::H5File& file, Split s, const SplitTokens& st, bool wide) {
+  H5::Group g = file.createGroup(std::string("/") + split_name(s));
+  hsize_t n_tok = st.tokens.size(), n_off = st.doc_offsets.size();
+  // every split holds >= 1 document and so >= 1 token (its EOS): no zero-size datasets
+  BCD_CHECK(n_tok > 0 && n_off > 1);
+  if (wide) {
+    g.createDataSet("tokens", H5::PredType::STD_U32LE, H5::DataSpace(1, &n_tok))
+        .write(st.tokens.data(), H5::PredType::NATIVE_UINT32);
+  } else {
+    std::vector<uint16_t> narrow(st.tokens.begin(), st.tokens.end());
+    g.createDataSet("tokens", H5::PredType::STD_U16LE, H5::DataSpace(1, &n_tok))
+        .write(narrow.data(), H5::PredType::NATIVE_UINT16);
+  }
+  g.createDataSet("doc_offsets", H5::PredType::STD_U64LE, H5::DataSpace(1, &n_off))
+      .write(st.doc_offsets.data(), H5::PredType::NATIVE_UINT64);
+}
+
+// ---- Atomic output directory ----
+
+// The temporary directory is removed unless commit() moved it into place.
+class StagingDir {
+ public:
+  explicit StagingDir(fs::path target)
+      : target_(std::move(target)), path_(target_.string() + ".tmp-" + std::to_string(::getpid())) {
+    std::error_code ec;
+    fs::remove_all(path_, ec);  // a leftover of an earlier crashed run with our pid
+    fs::create_directories(path_, ec);
+    if (ec) user_error("cannot create directory {}: {}", path_.string(), ec.message());
+  }
+  ~StagingDir() {
+    if (!committed_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+  // Moves the staging dir to the target; an existing target (force) is renamed aside first and
+  // deleted only after the new one is in place, so some complete dataset is always there.
+  void commit(bool force) {
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(target_))) {
+      if (!force) {
+        user_error("output directory {} already exists (pass --force to replace it)",
+                   target_.string());
+      }
+      fs::path old = target_.string() + ".old-" + std::to_string(::getpid());
+      fs::remove_all(old, ec);
+      fs::rename(target_, old, ec);
+      if (ec) user_error("cannot move the existing {} aside: {}", target_.string(), ec.message());
+      fs::rename(path_, target_, ec);
+      if (ec) {
+        std::error_code ec2;
+        fs::rename(old, target_, ec2);
+        user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(),
+                   ec.message());
+      }
+      committed_ = true;
+      fs::remove_all(old, ec);
+      return;
+    }
+    fs::rename(path_, target_, ec);
+    if (ec) {
+      user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(),
+                 ec.message());
+    }
+    committed_ = true;
+  }
+
+ private:
+  fs::path target_, path_;
+  bool committed_ = false;
+};
+
+std::string hex_xxh64(const std::string& bytes) {
+  return fmt::format("{:016x}", XXH64(bytes.data(), bytes.size(), 0));
+}
+
+}  // namespace
+
+// ---- prepare ----
+
+PrepareReport prepare_dataset(const PrepareOptions& opt) {
+  if (opt.out_dir.empty()) user_error("prepare: no output directory given");
+  fs::path out = fs::path(opt.out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "data/" -> "data"
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(out, ec)) && !opt.force) {
+    user_error("output directory {} already exists (pass --force to replace it)", out.string());
+  }
+  if (!(opt.val_fraction >= 0.0 && opt.val_fraction < 1.0)) {
+    user_error("prepare: val_fraction is {}, expected a value in [0, 1)", opt.val_fraction);
+  }
+  if (opt.tokenizer_model.empty() && opt.vocab_size <= 0) {
+    user_error("prepare: vocab_size is {}, expected a positive number", opt.vocab_size);
+  }
+
+  // Documents, in input order.
+  PrepareReport report;
+  std::vector<std::string> docs;
+  for (const fs::path& f : list_input_files(opt.inputs)) {
+    split_documents(read_file(f, "input file"), &docs);
+    report.sources.push_back(f.string());
+  }
+  if (docs.size() < 2) {
+    user_error(
+        "prepare: the inputs hold {} non-empty document(s), expected at least 2 "
+        "(one for train, one for validation)",
+        docs.size());
+  }
+  std::vector<char> is_val = assign_splits(docs, opt.val_fraction, opt.seed);
+  std::vector<const std::string*> train_docs, val_docs;
+  for (size_t i = 0; i < docs.size(); ++i) (is_val[i] ? val_docs : train_docs).push_back(&docs[i]);
+
+  fs::create_directories(out.parent_path().empty() ? fs::path(".") : out.parent_path(), ec);
+  StagingDir staging(out);
+  const fs::path model_path = staging.path() / kTokenizerFile;
+
+  // Tokenizer: trained on the train split only, so validation stays unseen.
+  if (opt.tokenizer_model.empty()) {
+    std::vector<std::string> texts;
+    texts.reserve(train_docs.size());
+    for (const std::string* d : train_docs) texts.push_back(*d);
+    Tokenizer::train_bpe(texts, opt.vocab_size, model_path.string());
+  } else {
+    Tokenizer::load(opt.tokenizer_model);  // validates before we copy it
+    fs::copy_file(opt.tokenizer_model, model_path, ec);
+    if (ec) {
+      user_error("cannot copy tokenizer {} to {}: {}", opt.tokenizer_model, model_path.string(),
+                 ec.message());
+    }
+  }
+  Tokenizer tok = Tokenizer::load(model_path.string());
+  const int vocab = tok.vocab_size();
+  if (tok.eos_id() < 0) {
+    user_error(
+        "tokenizer {} has no end-of-sequence piece (expected eos_id >= 0; documents "
+        "are separated by EOS)",
+        opt.tokenizer_model.empty() ? model_path.string() : opt.tokenizer_model);
+  }
+
+  SplitTokens train = encode_split(tok, train_docs, tok.eos_id());
+  SplitTokens val = encode_split(tok, val_docs, tok.eos_id());
+  const bool wide = vocab > 65536;
+
+  report.n_docs_train = static_cast<int64_t>(train_docs.size());
+  report.n_docs_val = static_cast<int64_t>(val_docs.size());
+  report.n_tokens_train = static_cast<int64_t>(train.tokens.size());
+  report.n_tokens_val = static_cast<int64_t>(val.tokens.size());
+  report.vocab_size = vocab;
+  report.unigram_val_loss = unigram_loss(train.tokens, val.tokens, vocab);
+
+  std::string sources;
+  for (const std::string& s : report.sources) sources += (sources.empty() ? "" : "\n") + s;
+
+  const std::string h5_path = (staging.path() / kTokensFile).string();
+  quiet_hdf5();
+  try {
+    H5::H5File file(h5_path, H5F_ACC_EXCL);
+    write_split(file, Split::kTrain, train, wide);
+    write_split(file, Split::kVal, val, wide);
+    write_attr(file, "format_version", kFormatVersion);
+    write_attr(file, "vocab_size", int64_t{vocab});
+    write_attr(file, "bos_id", int64_t{tok.bos_id()});
+    write_attr(file, "eos_id", int64_t{tok.eos_id()});
+    write_attr(file, "tokenizer", std::string(kTokenizerFile));
+    write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path, "tokenizer model")));
+    write_attr(file, "val_fraction", opt.val_fraction);
+    write_attr(file, "seed", opt.seed);
+    write_attr(file, "sources", sources);
+    write_attr(file, "unigram_val_loss", report.unigram_val_loss);
+    file.close();
+  } catch (const H5::Exception& e) {
+    rethrow_hdf5(e, h5_path, "cannot write dataset file");
+  }
+
+  staging.commit(opt.force);
+  return report;
+}
+
+// ---- TokenDataset ----
+
+namespace {
+
+template <class T>
+T read_num_attr(const H5::H5Object& obj, const char* name, const H5::PredType& mem,
+                const std::string& path) {
+  if (!obj.attrExists(name)) {
+    user_error(
+        "dataset file {} lacks the root attribute '{}' (expected a file written by "
+        "`bcdtrain prepare`)",
+        path, name);
+  }
+  H5::Attribute a = obj.openAttribute(name);
+  if (a.getSpace().getSimpleExtentNpoints() != 1 || a.getTypeClass() == H5T_STRING) {
+    user_error("dataset file {}: attribute '{}' is not a single number", path, name);
+  }
+  T v{};
+  a.read(mem, &v);
+  return v;
+}
+
+std::string read_str_attr(const H5::H5Object& obj, const char* name, const std::string& path) {
+  if (!obj.attrExists(name)) {
+    user_error(
+        "dataset file {} lacks the root attribute '{}' (expected a file written by "
+        "`bcdtrain prepare`)",
+        path, name);
+  }
+  H5::Attribute a = obj.openAttribute(name);
+  if (a.getTypeClass() != H5T_STRING) {
+    user_error("dataset file {}: attribute '{}' is not a string", path, name);
+  }
+  std::string v;
+  a.read(a.getStrType(), v);
+  return v;
+}
+
+template <class T>
+std::vector<T> read_vector(const H5::Group& g, const char* name, const H5::PredType& mem,
+                           const std::string& path, const char* split) {
+  if (!g.nameExists(name)) {
+    user_error("dataset file {} lacks /{}/{} (expected a file written by `bcdtrain prepare`)", path,
+               split, name);
+  }
+  H5::DataSet ds = g.openDataSet(name);
+  H5::DataSpace space = ds.getSpace();
+  if (ds.getTypeClass() != H5T_INTEGER || space.getSimpleExtentNdims() != 1) {
+    user_error("dataset file {}: /{}/{} is not a 1-D integer array", path, split, name);
+  }
+  hsize_t n = 0;
+  space.getSimpleExtentDims(&n);
+  std::vector<T> v(n);
+  if (n > 0) ds.read(v.data(), mem);
+  return v;
+}
+
+}  // namespace
+
+TokenDataset TokenDataset::open(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kTokensFile).string();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    user_error("dataset file {} not found (expected a directory written by `bcdtrain prepare`)",
+               path);
+  }
+  quiet_hdf5();
+  TokenDataset d;
+  d.dir_ = dir;
+  try {
+    if (!H5::H5File::isHdf5(path)) user_error("dataset file {} is not an HDF5 file", path);
+    H5::H5File file(path, H5F_ACC_RDONLY);
+    auto version = read_num_attr<int64_t>(file, "format_version", H5::PredType::NATIVE_INT64, path);
+    if (version != kFormatVersion) {
+      user_error("dataset file {} has format_version {}, expected {} (re-run `bcdtrain prepare`)",
+                 path, version, kFormatVersion);
+    }
+    auto vocab = read_num_attr<int64_t>(file, "vocab_size", H5::PredType::NATIVE_INT64, path);
+    auto bos = read_num_attr<int64_t>(file, "bos_id", H5::PredType::NATIVE_INT64, path);
+    auto eos = read_num_attr<int64_t>(file, "eos_id", H5::PredType::NATIVE_INT64, path);
+    if (vocab <= 0 || vocab > INT32_MAX) {
+      user_error("dataset file {} has vocab_size {}, expected a positive 32-bit count", path,
+                 vocab);
+    }
+    if (eos < 0 || eos >= vocab || bos < -1 || bos >= vocab) {
+      user_error(
+          "dataset file {} has bos_id {} / eos_id {}, expected ids below vocab_size {} "
+          "(eos required, bos may be -1)",
+          path, bos, eos, vocab);
+    }
+    d.vocab_size_ = static_cast<int>(vocab);
+    d.bos_id_ = static_cast<int>(bos);
+    d.eos_id_ = static_cast<int>(eos);
+    d.tokenizer_file_ = read_str_attr(file, "tokenizer", path);
+    d.unigram_val_loss_ =
+        read_num_attr<double>(file, "unigram_val_loss", H5::PredType::NATIVE_DOUBLE, path);
+
+    for (Split s : {Split::kTrain, Split::kVal}) {
+      const char* name = split_name(s);
+      if (!file.nameExists(name)) {
+        user_error(
+            "dataset file {} lacks the group /{} (expected a file written by "
+            "`bcdtrain prepare`)",
+            path, name);
+      }
+      H5::Group g = file.openGroup(name);
+      // HDF5 converts uint16/uint32 on read; uint32 ids past INT32_MAX clamp and fail below
+      auto tokens = read_vector<int32_t>(g, "tokens", H5::PredType::NATIVE_INT32, path, name);
+      auto offsets =
+          read_vector<uint64_t>(g, "doc_offsets", H5::PredType::NATIVE_UINT64, path, name);
+      if (offsets.empty() || offsets.front() != 0 || offsets.back() != tokens.size()) {
+        user_error(
+            "dataset file {}: /{}/doc_offsets must start at 0 and end at the token "
+            "count {}, found {} entries from {} to {}",
+            path, name, tokens.size(), offsets.size(), offsets.empty() ? 0 : offsets.front(),
+            offsets.empty() ? 0 : offsets.back());
+      }
+      auto bad_off = std::adjacent_find(offsets.begin(), offsets.end(), std::greater<>());
+      if (bad_off != offsets.end()) {
+        user_error(
+            "dataset file {}: /{}/doc_offsets decreases at entry {} ({} then {}), "
+            "expected a non-decreasing sequence",
+            path, name, bad_off - offsets.begin(), *bad_off, *(bad_off + 1));
+      }
+      auto bad_tok = std::find_if(tokens.begin(), tokens.end(),
+                                  [&](int32_t t) { return t < 0 || t >= d.vocab_size_; });
+      if (bad_tok != tokens.end()) {
+        user_error("dataset file {}: /{}/tokens[{}] = {} is outside the vocabulary [0, {})", path,
+                   name, bad_tok - tokens.begin(), *bad_tok, d.vocab_size_);
+      }
+      (s == Split::kTrain ? d.train_ : d.val_) = std::move(tokens);
+      (s == Split::kTrain ? d.train_docs_ : d.val_docs_) = std::move(offsets);
+    }
+  } catch (const H5::Exception& e) {
+    rethrow_hdf5(e, path, "cannot read dataset file");
+  }
+  return d;
+}
+
+std::string TokenDataset::tokenizer_path() const {
+  return (fs::path(dir_) / tokenizer_file_).string();
+}
+
+}  // namespace bcd

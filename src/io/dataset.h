@@ -1,0 +1,68 @@
+// Token datasets in HDF5: `bcdtrain prepare` writes them, TokenDataset reads them.
+//
+// Layout of <dir>/tokens.h5 (plus <dir>/tokenizer.model beside it):
+//   /train/tokens     uint16 (vocab <= 65536) or uint32, documents concatenated, each ended by EOS
+//   /train/doc_offsets uint64 [n_docs + 1], start of each document in /train/tokens
+//   /val/tokens, /val/doc_offsets   the same for the validation split
+//   root attributes: format_version, vocab_size, bos_id, eos_id, tokenizer (file name),
+//   tokenizer_xxh64 (hash of the tokenizer file, hex), val_fraction, seed, sources (newline-joined),
+//   unigram_val_loss (nats/token of an add-one unigram model fit on train, evaluated on val)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bcd {
+
+enum class Split { kTrain, kVal };
+const char* split_name(Split s);
+
+struct PrepareOptions {
+  std::vector<std::string> inputs;  // files or directories (directories: their plain files)
+  std::string out_dir;
+  std::string tokenizer_model;      // existing sentencepiece model; empty = train BPE
+  int vocab_size = 2048;            // for a trained BPE model
+  double val_fraction = 0.05;       // fraction of documents held out for validation
+  uint64_t seed = 1234;             // decides which documents go to validation
+  bool force = false;               // replace an existing out_dir
+};
+
+struct PrepareReport {
+  int64_t n_docs_train = 0, n_docs_val = 0;
+  int64_t n_tokens_train = 0, n_tokens_val = 0;
+  int vocab_size = 0;
+  double unigram_val_loss = 0;      // nats/token
+  std::vector<std::string> sources; // files actually read
+};
+
+// Splits text into documents, tokenizes, writes <out_dir> atomically (temporary dir + rename).
+// Fortune files (records separated by lines holding only "%") give one document per record;
+// other files give one document per blank-line-separated paragraph.
+PrepareReport prepare_dataset(const PrepareOptions& opt);
+
+class TokenDataset {
+ public:
+  // Opens <dir>/tokens.h5; UserError naming the file when missing, malformed or inconsistent.
+  static TokenDataset open(const std::string& dir);
+
+  const std::vector<int32_t>& tokens(Split s) const { return s == Split::kTrain ? train_ : val_; }
+  const std::vector<uint64_t>& doc_offsets(Split s) const {
+    return s == Split::kTrain ? train_docs_ : val_docs_;
+  }
+  int vocab_size() const { return vocab_size_; }
+  int bos_id() const { return bos_id_; }
+  int eos_id() const { return eos_id_; }
+  double unigram_val_loss() const { return unigram_val_loss_; }
+  const std::string& dir() const { return dir_; }
+  std::string tokenizer_path() const;  // <dir>/<tokenizer attribute>
+
+ private:
+  std::string dir_, tokenizer_file_;
+  std::vector<int32_t> train_, val_;
+  std::vector<uint64_t> train_docs_, val_docs_;
+  int vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
+  double unigram_val_loss_ = 0;
+};
+
+}  // namespace bcd

@@ -1,0 +1,217 @@
+// Deterministic batch loader: which windows each epoch visits (shift and permutation drawn from
+// a splitmix64 stream of (seed, epoch)), batch assembly, and one batch of prefetch on TBB.
+//
+// Sampling, with n = tokens in the split, T = seq_len, B = batch_size:
+//   S = min(T, n - T) shifts when shuffling, S = 1 (shift 0) otherwise;
+//   W = floor((n - S) / T) windows in every epoch (windows_per_epoch), >= 1 because n >= T + 1.
+//   Epoch e draws shift_e uniform in [0, S), then a Fisher-Yates permutation P_e of [0, W), both
+//   from Rng(seed, e); without shuffle shift_e = 0 and P_e is the identity.
+//   Window k of epoch e is tokens[shift_e + P_e[k]*T, shift_e + P_e[k]*T + T + 1); the largest
+//   ends at most at (S-1) + (W-1)*T + T + 1 <= n. Windows start T apart, so their inputs tile
+//   the stream and a window's last token (a target only) is the first input of the window that
+//   follows it in the stream.
+//   Fixing W per split (rather than floor((n - 1 - shift_e) / T)) drops at most one window in an
+//   epoch but makes LoaderState::cursor mean the same thing in every epoch.
+//   A batch is the next B windows in (epoch, k) order, carrying on into the next epoch when one
+//   runs out; state() is normalized so that cursor < W.
+#include "io/loader.h"
+
+#include <tbb/task_group.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace bcd {
+
+namespace {
+
+// splitmix64 (Steele, Lea & Flood 2014; constants from Vigna's reference code). We use our own
+// generator and shuffle because std::shuffle's algorithm is implementation-defined, and the
+// batch sequence must be identical on every standard library.
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+class Rng {
+ public:
+  Rng(uint64_t seed, uint64_t epoch) : s_(mix64(seed ^ mix64(epoch + kGolden))) {}
+  uint64_t next() { return mix64(s_ += kGolden); }
+  // Uniform in [0, n) without modulo bias (Lemire 2019, "Fast random integer generation in an
+  // interval", Alg. 5).
+  uint64_t below(uint64_t n) {
+    unsigned __int128 m = static_cast<unsigned __int128>(next()) * n;
+    auto low = static_cast<uint64_t>(m);
+    if (low < n) {
+      const uint64_t threshold = (0 - n) % n;
+      while (low < threshold) {
+        m = static_cast<unsigned __int128>(next()) * n;
+        low = static_cast<uint64_t>(m);
+      }
+    }
+    return static_cast<uint64_t>(m >> 64);
+  }
+
+ private:
+  uint64_t s_;
+};
+
+// The windows of one epoch: shift plus visiting order (empty order = identity).
+struct EpochPlan {
+  uint64_t epoch = UINT64_MAX;
+  int64_t shift = 0;
+  std::vector<uint64_t> order;
+};
+
+}  // namespace
+
+struct DataLoader::Impl {
+  const int32_t* tokens = nullptr;
+  int64_t n_tokens = 0, batch = 0, seq = 0, n_shifts = 1, windows = 0;
+  uint64_t seed = 0;
+  bool shuffle = true, prefetch = true;
+
+  LoaderState state;  // where the next call to next() starts
+  EpochPlan plan;     // used only by assemble(), which never runs on two threads at once
+
+  // Prefetch: `ahead` (ending at `ahead_end`) is being built for `state` while `pending`.
+  tbb::task_group tasks;
+  bool pending = false;
+  torch::Tensor ahead;
+  LoaderState ahead_end;
+
+  const EpochPlan& plan_for(uint64_t epoch) {
+    if (plan.epoch == epoch) return plan;
+    plan.epoch = epoch;
+    plan.shift = 0;
+    plan.order.clear();
+    if (shuffle) {
+      Rng rng(seed, epoch);
+      plan.shift = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n_shifts)));
+      plan.order.resize(static_cast<size_t>(windows));
+      for (size_t i = 0; i < plan.order.size(); ++i) plan.order[i] = i;
+      for (size_t i = plan.order.size(); i > 1; --i) {
+        std::swap(plan.order[i - 1], plan.order[rng.below(i)]);
+      }
+    }
+    return plan;
+  }
+
+  // (B, T+1) batch starting at `st`; advances `st` past it.
+  torch::Tensor assemble(LoaderState& st) {
+    torch::Tensor out = torch::empty({batch, seq + 1}, torch::kInt64);
+    int64_t* dst = out.data_ptr<int64_t>();
+    for (int64_t b = 0; b < batch; ++b) {
+      const EpochPlan& p = plan_for(st.epoch);
+      const uint64_t w = p.order.empty() ? st.cursor : p.order[st.cursor];
+      const int64_t start = p.shift + static_cast<int64_t>(w) * seq;
+      BCD_CHECK(start >= 0 && start + seq + 1 <= n_tokens, "window {} of epoch {}", w, st.epoch);
+      std::copy(tokens + start, tokens + start + seq + 1, dst + b * (seq + 1));
+      if (++st.cursor == static_cast<uint64_t>(windows)) {
+        ++st.epoch;
+        st.cursor = 0;
+      }
+    }
+    return out;
+  }
+
+  void launch() {
+    pending = true;
+    const LoaderState from = state;
+    tasks.run([this, from] {
+      LoaderState st = from;
+      ahead = assemble(st);
+      ahead_end = st;
+    });
+  }
+
+  void drop() {
+    if (!pending) return;
+    pending = false;
+    try {
+      tasks.wait();
+    } catch (...) {
+      // the batch is discarded; a persistent cause fails again in the next next()
+    }
+    ahead = torch::Tensor();
+  }
+};
+
+DataLoader::DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, int64_t seq_len,
+                       uint64_t seed, bool shuffle, bool prefetch)
+    : impl_(std::make_unique<Impl>()) {
+  if (batch_size < 1) user_error("data loader: batch_size is {}, expected >= 1", batch_size);
+  if (seq_len < 1) user_error("data loader: seq_len is {}, expected >= 1", seq_len);
+  const auto& tokens = ds.tokens(split);
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n < seq_len + 1) {
+    user_error(
+        "dataset {}: the {} split holds {} tokens, fewer than seq_len + 1 = {} needed for "
+        "one window (use a smaller seq_len or more data)",
+        ds.dir(), split_name(split), n, seq_len + 1);
+  }
+  Impl& m = *impl_;
+  m.tokens = tokens.data();
+  m.n_tokens = n;
+  m.batch = batch_size;
+  m.seq = seq_len;
+  m.seed = seed;
+  m.shuffle = shuffle;
+  m.prefetch = prefetch;
+  m.n_shifts = shuffle ? std::min(seq_len, n - seq_len) : 1;
+  m.windows = (n - m.n_shifts) / seq_len;
+  BCD_CHECK(m.windows >= 1, "n={} T={} S={}", n, seq_len, m.n_shifts);
+}
+
+DataLoader::~DataLoader() {
+  // a task_group must be waited on before it dies; a failed prefetch no longer matters here
+  try {
+    impl_->tasks.wait();
+  } catch (...) {
+  }
+}
+
+torch::Tensor DataLoader::next() {
+  Impl& m = *impl_;
+  torch::Tensor out;
+  if (m.pending) {
+    m.pending = false;
+    m.tasks.wait();  // rethrows a failure of the prefetch
+    out = std::move(m.ahead);
+    m.ahead = torch::Tensor();
+    m.state = m.ahead_end;
+  } else {
+    LoaderState st = m.state;
+    out = m.assemble(st);
+    m.state = st;
+  }
+  if (m.prefetch) m.launch();
+  return out;
+}
+
+LoaderState DataLoader::state() const { return impl_->state; }
+
+void DataLoader::restore(const LoaderState& s) {
+  Impl& m = *impl_;
+  if (s.cursor > static_cast<uint64_t>(m.windows)) {
+    user_error(
+        "loader state (epoch {}, cursor {}) is past the {} windows per epoch of this split "
+        "(was it saved with a different dataset, seq_len or shuffle setting?)",
+        s.epoch, s.cursor, m.windows);
+  }
+  m.drop();
+  m.state = s;
+  if (m.state.cursor == static_cast<uint64_t>(m.windows)) {  // the same point, normalized
+    ++m.state.epoch;
+    m.state.cursor = 0;
+  }
+}
+
+int64_t DataLoader::windows_per_epoch() const { return impl_->windows; }
+
+}  // namespace bcd

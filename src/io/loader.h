@@ -1,0 +1,44 @@
+// Deterministic batch loader: (B, T+1) windows of a token split, seeded, resumable, prefetched.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "io/dataset.h"
+
+namespace bcd {
+
+// Where the loader is: enough to continue exactly (saved in checkpoints).
+struct LoaderState {
+  uint64_t epoch = 0;     // passes over the split so far
+  uint64_t cursor = 0;    // windows already handed out in this epoch
+  bool operator==(const LoaderState& o) const { return epoch == o.epoch && cursor == o.cursor; }
+};
+
+class DataLoader {
+ public:
+  // Each epoch draws a fresh shift in [0, T) and a fresh permutation of the non-overlapping
+  // (T+1)-token windows from (seed, epoch), so the sequence of batches is a pure function of
+  // (seed, state). `shuffle = false` gives windows in order from offset 0 (validation).
+  // UserError when the split holds fewer than T+1 tokens (names the dataset and the numbers).
+  DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, int64_t seq_len,
+             uint64_t seed, bool shuffle = true, bool prefetch = true);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // (B, T+1) int64 token ids; the next batch is being assembled on a background thread (TBB).
+  torch::Tensor next();
+  // State as of the next call to next(), and restoring it (drops any prefetched batch).
+  LoaderState state() const;
+  void restore(const LoaderState& s);
+  int64_t windows_per_epoch() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bcd

@@ -1,0 +1,318 @@
+// Tokenizer glue over sentencepiece: loading a model file and training a byte-fallback BPE
+// model from in-memory documents (Llama-style settings, so every UTF-8 string round-trips).
+#include "io/tokenizer.h"
+
+#include <dlfcn.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <new>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+
+#include "runtime/error.h"
+
+namespace bcd {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// sentencepiece skips (with only a log line) training sentences longer than max_sentence_length;
+// we cut long lines into pieces of at most this many bytes instead, so nothing is lost.
+constexpr size_t kMaxSentenceBytes = 8192;
+// BPE training time and memory grow with the input; beyond this many sentences we take an
+// evenly strided subset (deterministic, unlike sentencepiece's own random sampling).
+constexpr size_t kMaxTrainSentences = 2'000'000;
+
+// Cuts `line` into pieces of at most kMaxSentenceBytes, preferring the last space before the
+// limit and never splitting a UTF-8 sequence.
+void append_chunks(std::string_view line, std::vector<std::string_view>* out) {
+  while (line.size() > kMaxSentenceBytes) {
+    size_t cut = line.rfind(' ', kMaxSentenceBytes);
+    if (cut == std::string_view::npos || cut < kMaxSentenceBytes / 2) {
+      cut = kMaxSentenceBytes;
+      // 10xxxxxx is a UTF-8 continuation byte: step back to the start of the character
+      while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+      if (cut == 0) cut = kMaxSentenceBytes;  // not UTF-8 at all; any cut will do
+    }
+    out->push_back(line.substr(0, cut));
+    line.remove_prefix(cut);
+  }
+  if (!line.empty()) out->push_back(line);
+}
+
+// Training sentences are lines (as with spm_train on a text file); blank lines are dropped.
+std::vector<std::string_view> split_sentences(const std::vector<std::string>& docs) {
+  std::vector<std::string_view> out;
+  for (const std::string& doc : docs) {
+    std::string_view rest(doc);
+    while (!rest.empty()) {
+      size_t nl = rest.find('\n');
+      std::string_view line = rest.substr(0, nl);
+      rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+      if (line.find_first_not_of(" \t\r") != std::string_view::npos) append_chunks(line, &out);
+    }
+  }
+  if (out.size() > kMaxTrainSentences) {
+    std::vector<std::string_view> kept;
+    kept.reserve(kMaxTrainSentences);
+    for (size_t i = 0; i < kMaxTrainSentences; ++i)
+      kept.push_back(out[i * out.size() / kMaxTrainSentences]);
+    out.swap(kept);
+  }
+  return out;
+}
+
+// ---- Isolated sentencepiece ----
+//
+// Debian's libsentencepiece carries its own copy of protobuf and exports those symbols, while
+// LibTorch loads the system libprotobuf: with both in the global symbol scope, whichever comes
+// first breaks the other (a crash in libprotobuf's static init, or CHECK failures inside
+// sentencepiece). So bcdtrain must not link sentencepiece; we dlopen it with RTLD_LOCAL (its
+// symbols stay out of the global scope) and RTLD_DEEPBIND (it binds to its own protobuf).
+// Virtual methods need no symbols; the few non-virtual entry points are looked up by their
+// Itanium-mangled names, and every util::Status is built into raw storage and destroyed by
+// the library's own destructor, so this file references no sentencepiece symbol at link time.
+
+using sentencepiece::SentencePieceProcessor;
+using sentencepiece::util::Status;
+using TrainArgs = std::unordered_map<std::string, std::string>;
+
+struct SpmLib {
+  void (*construct)(SentencePieceProcessor*);
+  void (*destroy_status)(Status*);
+  const char* (*status_message)(const Status*);
+  void (*set_random_seed)(unsigned);
+  void (*set_min_log_level)(int);
+  // must match SentencePieceTrainer::Train(const unordered_map&, SentenceIterator*, string*)
+  decltype(static_cast<Status (*)(const TrainArgs&, sentencepiece::SentenceIterator*,
+                                  std::string*)>(
+      &sentencepiece::SentencePieceTrainer::Train)) train;
+};
+
+void* open_lib(const char* name) {
+  void* h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (!h) {
+    user_error("cannot load {} (needed for tokenizers; install libsentencepiece0): {}", name,
+               ::dlerror());
+  }
+  return h;
+}
+
+template <class Fn>
+void find_symbol(void* lib, const char* lib_name, const char* symbol, Fn* out) {
+  void* p = ::dlsym(lib, symbol);
+  BCD_CHECK(p != nullptr,
+            "symbol {} missing from {}: sentencepiece version differs from its "
+            "headers?",
+            symbol, lib_name);
+  *out = reinterpret_cast<Fn>(p);
+}
+
+const SpmLib& spm() {
+  // Loaded once and never unloaded: Tokenizers in static objects may outlive any owner, and
+  // sentencepiece's static protobuf state does not survive dlclose.
+  static const SpmLib lib = [] {
+    constexpr const char* kCore = "libsentencepiece.so.0";
+    constexpr const char* kTrain = "libsentencepiece_train.so.0";
+    void* core = open_lib(kCore);
+    void* train = open_lib(kTrain);
+    SpmLib l{};
+    find_symbol(core, kCore, "_ZN13sentencepiece22SentencePieceProcessorC1Ev", &l.construct);
+    find_symbol(core, kCore, "_ZN13sentencepiece4util6StatusD1Ev", &l.destroy_status);
+    find_symbol(core, kCore, "_ZNK13sentencepiece4util6Status13error_messageEv", &l.status_message);
+    find_symbol(core, kCore, "_ZN13sentencepiece22SetRandomGeneratorSeedEj", &l.set_random_seed);
+    find_symbol(core, kCore, "_ZN13sentencepiece7logging14SetMinLogLevelEi", &l.set_min_log_level);
+    find_symbol(train, kTrain,
+                "_ZN13sentencepiece20SentencePieceTrainer5TrainERKSt13unordered_mapINSt7__cxx11"
+                "12basic_stringIcSt11char_traitsIcESaIcEEES7_St4hashIS7_ESt8equal_toIS7_ESaISt4"
+                "pairIKS7_S7_EEEPNS_16SentenceIteratorEPS7_",
+                &l.train);
+    l.set_min_log_level(2);  // errors come back as Status; INFO/WARNING chatter is noise to us
+    return l;
+  }();
+  return lib;
+}
+
+// A util::Status returned by the library, destroyed by the library (see above).
+class SpmStatus {
+ public:
+  template <class Make>
+  explicit SpmStatus(Make&& make) {
+    new (storage_) Status(make());  // C++17: the call's result is built in place, no copy
+  }
+  ~SpmStatus() { spm().destroy_status(get()); }
+  SpmStatus(const SpmStatus&) = delete;
+  SpmStatus& operator=(const SpmStatus&) = delete;
+  bool ok() const { return get()->ok(); }
+  std::string message() const {
+    const char* m = spm().status_message(get());
+    return m ? m : "";
+  }
+
+ private:
+  Status* get() const { return std::launder(reinterpret_cast<Status*>(storage_)); }
+  alignas(Status) mutable unsigned char storage_[sizeof(Status)];
+};
+
+std::unique_ptr<SentencePieceProcessor> new_processor() {
+  // Raw storage plus the library's constructor; the virtual destructor (unique_ptr's delete)
+  // runs inside the library, as every other method does.
+  auto* p = static_cast<SentencePieceProcessor*>(::operator new(sizeof(SentencePieceProcessor)));
+  spm().construct(p);
+  return std::unique_ptr<SentencePieceProcessor>(p);
+}
+
+// Feeds training sentences from memory, so no temporary file (whose path sentencepiece would
+// record in the model, making it differ from run to run).
+class SentenceFeed : public sentencepiece::SentenceIterator {
+ public:
+  explicit SentenceFeed(const std::vector<std::string_view>& s)
+      : sentences_(s), ok_source_(new_processor()) {
+    load();
+  }
+  bool done() const override { return index_ >= sentences_.size(); }
+  void Next() override {
+    ++index_;
+    load();
+  }
+  const std::string& value() const override { return value_; }
+  // We cannot construct a util::Status here (see above), so the library builds the OK status:
+  // setting empty extra options on an unloaded processor returns OkStatus before any check.
+  Status status() const override { return ok_source_->SetEncodeExtraOptions({}); }
+
+ private:
+  void load() {
+    if (!done()) value_.assign(sentences_[index_]);
+  }
+  const std::vector<std::string_view>& sentences_;
+  std::unique_ptr<SentencePieceProcessor> ok_source_;
+  size_t index_ = 0;
+  std::string value_;
+};
+
+}  // namespace
+
+// ---- Loading ----
+
+Tokenizer::Tokenizer() : sp_(new_processor()) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::load(const std::string& model_path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(model_path, ec)) {
+    user_error("tokenizer model {} not found (expected a sentencepiece .model file)", model_path);
+  }
+  Tokenizer t;
+  t.path_ = model_path;
+  SpmStatus status([&] { return t.sp_->Load(model_path); });
+  if (!status.ok()) {
+    user_error("tokenizer model {} is not a valid sentencepiece model: {}", model_path,
+               status.message());
+  }
+  return t;
+}
+
+// ---- Training ----
+
+void Tokenizer::train_bpe(const std::vector<std::string>& docs, int vocab_size,
+                          const std::string& model_path) {
+  if (vocab_size < 260) {
+    // 256 byte-fallback pieces + <unk>, <s>, </s> leave nothing to learn below this
+    user_error(
+        "tokenizer vocab_size {} is too small for a byte-fallback BPE model (expected "
+        "at least 260: 256 byte pieces, 3 specials, plus the corpus characters)",
+        vocab_size);
+  }
+  std::vector<std::string_view> sentences = split_sentences(docs);
+  if (sentences.empty()) {
+    user_error("cannot train a tokenizer for {}: the documents hold no non-blank text", model_path);
+  }
+
+  // Llama-style: identity normalization and kept whitespace so decode(encode(s)) == s.
+  const TrainArgs args = {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(vocab_size)},
+      {"byte_fallback", "true"},
+      {"character_coverage", "0.9995"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "true"},
+      {"split_digits", "true"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
+      {"input_sentence_size", "0"},  // we subsample ourselves (split_sentences)
+      {"shuffle_input_sentence", "false"},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"num_threads", "2"},
+      {"minloglevel", "2"},  // errors come back as Status; INFO/WARNING chatter is noise to us
+  };
+  const SpmLib& lib = spm();
+  lib.set_random_seed(1234);
+  SentenceFeed feed(sentences);
+  std::string model;
+  SpmStatus status([&] { return lib.train(args, &feed, &model); });
+  if (!status.ok()) {
+    user_error("training a BPE tokenizer of vocab_size {} for {} failed: {}", vocab_size,
+               model_path, status.message());
+  }
+
+  // Write beside the target and rename, so a reader never sees half a model.
+  const std::string tmp = model_path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(model.data(), static_cast<std::streamsize>(model.size()));
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      user_error("cannot write tokenizer model {} (check the directory exists and is writable)",
+                 tmp);
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, model_path, ec);
+  if (ec) {
+    std::error_code ec2;
+    fs::remove(tmp, ec2);
+    user_error("cannot move tokenizer model into place at {}: {}", model_path, ec.message());
+  }
+}
+
+// ---- Encoding ----
+
+std::vector<int> Tokenizer::encode(const std::string& text) const {
+  std::vector<int> ids;
+  SpmStatus status([&] { return sp_->Encode(text, &ids); });
+  BCD_CHECK(status.ok(), "sentencepiece encode with {}: {}", path_, status.message());
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  const int n = vocab_size();
+  for (int id : ids) {
+    if (id < 0 || id >= n) {
+      user_error("token id {} is outside the vocabulary [0, {}) of tokenizer {}", id, n, path_);
+    }
+  }
+  std::string text;
+  SpmStatus status([&] { return sp_->Decode(ids, &text); });
+  BCD_CHECK(status.ok(), "sentencepiece decode with {}: {}", path_, status.message());
+  return text;
+}
+
+int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int Tokenizer::bos_id() const { return sp_->bos_id(); }
+int Tokenizer::eos_id() const { return sp_->eos_id(); }
+
+}  // namespace bcd

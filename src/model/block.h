@@ -1,0 +1,68 @@
+// A block: the unit of partition, storage, optimization and communication (DESIGN.md §1).
+// Its parameters are views into one contiguous flat working buffer; its gradients are views
+// into one flat gradient buffer laid out the same way.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace bcd {
+
+struct ParamSlot {
+  std::string name;              // e.g. "attn.wq"
+  std::vector<int64_t> shape;
+  int64_t offset = 0;            // elements from the start of the flat buffer
+  int64_t numel = 0;
+  bool decay = false;            // weight decay applies (matrices); norms and biases do not
+};
+
+class Block {
+ public:
+  // Slots are laid out decayed first, then not decayed, each segment padded to kAlign elements,
+  // so an optimizer can treat [0, decay_numel) and [decay_numel, numel) as two flat groups.
+  static constexpr int64_t kAlign = 16;  // 64 bytes of fp32: one cache line / AVX-512 vector
+
+  Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts);
+
+  const std::string& name() const { return name_; }
+  int64_t numel() const { return numel_; }
+  int64_t decay_numel() const { return decay_numel_; }
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+
+  // Flat working buffer (1-D); writing it changes what the model computes.
+  torch::Tensor& data() { return data_; }
+  const torch::Tensor& data() const { return data_; }
+  // Flat gradient buffer; undefined while the block is frozen.
+  torch::Tensor& grad() { return grad_; }
+  const torch::Tensor& grad() const { return grad_; }
+
+  // Parameter view by slot name; BCD_CHECK when absent.
+  const torch::Tensor& param(const std::string& name) const;
+  bool has_param(const std::string& name) const;
+  const std::vector<torch::Tensor>& params() const { return params_; }
+
+  // Trainable: every view requires grad and its .grad is a view of the flat gradient buffer
+  // (autograd accumulates in place into an existing grad, so backward fills the flat buffer).
+  // Frozen: no view requires grad and the gradient buffer is released.
+  void set_trainable(bool trainable);
+  bool trainable() const { return trainable_; }
+  void zero_grad();
+
+  // Re-creates the parameter views over a new flat buffer of the same size and dtype
+  // (used when a block's storage moves; see memory/).
+  void rebind(torch::Tensor flat);
+
+ private:
+  void make_views();
+
+  std::string name_;
+  std::vector<ParamSlot> slots_;
+  int64_t numel_ = 0, decay_numel_ = 0;
+  torch::Tensor data_, grad_;
+  std::vector<torch::Tensor> params_;
+  bool trainable_ = false;
+};
+
+}  // namespace bcd

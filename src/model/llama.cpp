@@ -1,0 +1,256 @@
+// Llama-family forward pass over block-owned parameters, with optional per-layer checkpointing.
+#include "model/llama.h"
+
+#include <torch/version.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/error.h"
+
+namespace bcd {
+namespace F = torch::nn::functional;
+using torch::indexing::Slice;
+
+// ---- Building blocks of the computation ----
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  // HF LlamaRMSNorm: normalize in fp32, cast back, then scale.
+  torch::Tensor xf = x.to(x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
+  torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * y.to(x.scalar_type());
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  // rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the head dimension
+  const int64_t half = x.size(-1) / 2;
+  torch::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  torch::Tensor rot = torch::cat({-x2, x1}, -1);
+  return x * cos + rot * sin;
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t h = q.size(1), kv = k.size(1);
+  torch::Tensor kk = k, vv = v;
+  if (kv != h) {
+    // GQA: query head j reads kv head j / (H/KV), as HF repeat_kv
+    kk = k.repeat_interleave(h / kv, 1);
+    vv = v.repeat_interleave(h / kv, 1);
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, kk, vv, {}, 0.0, /*is_causal=*/true);
+#else
+  const int64_t t = q.size(2), s = kk.size(2);
+  torch::Tensor scores = torch::matmul(q, kk.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  torch::Tensor mask = torch::ones({t, s}, torch::TensorOptions().dtype(torch::kBool).device(q.device()))
+                           .triu(s - t + 1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
+  torch::Tensor probs = torch::softmax(scores.to(q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32), -1)
+                            .to(q.scalar_type());
+  return torch::matmul(probs, vv);
+#endif
+}
+
+namespace {
+
+torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
+  return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::nn::functional::linear(x, w);
+}
+
+// Activation checkpointing: the forward keeps only the layer input; backward recomputes the layer
+// with autograd on and differentiates it (the reentrant scheme of torch.utils.checkpoint).
+struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                torch::Tensor x, at::TensorList params,
+                                                int64_t layer, int64_t model_ptr) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["model"] = model_ptr;
+    ctx->saved_data["n_params"] = static_cast<int64_t>(params.size());
+    ctx->saved_data["x_requires_grad"] = x.requires_grad();
+    const auto* model = reinterpret_cast<const LlamaModel*>(model_ptr);
+    return {model->layer_forward(static_cast<int>(layer), x)};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto* model = reinterpret_cast<const LlamaModel*>(ctx->saved_data["model"].toInt());
+    const int layer = static_cast<int>(ctx->saved_data["layer"].toInt());
+    const int64_t n_params = ctx->saved_data["n_params"].toInt();
+    const bool x_grad = ctx->saved_data["x_requires_grad"].toBool();
+    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(x_grad);
+    const Block& blk = model->block(layer + 1);
+    std::vector<torch::Tensor> inputs;
+    if (x_grad) inputs.push_back(x);
+    for (const auto& p : blk.params())
+      if (p.requires_grad()) inputs.push_back(p);
+    torch::autograd::variable_list out(1 + n_params + 2);
+    if (inputs.empty()) return out;
+    torch::Tensor y;
+    {
+      torch::AutoGradMode on(true);
+      y = model->layer_forward(layer, x);
+    }
+    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
+    size_t g = 0;
+    if (x_grad) out[0] = grads[g++];
+    for (int64_t i = 0; i < n_params; ++i)
+      if (blk.params()[i].requires_grad()) out[1 + i] = grads[g++];
+    return out;
+  }
+};
+
+}  // namespace
+
+// ---- Model ----
+
+LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts) : cfg_(cfg), opts_(opts) {
+  BCD_CHECK(cfg.vocab_size > 0, "model vocab_size must be resolved before building the model");
+  const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
+  const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
+  blocks_.reserve(cfg.n_layers + 2);
+  blocks_.emplace_back("embed", std::vector<ParamSlot>{{"tok_embeddings", {v, c}, 0, 0, true}}, opts);
+  for (int64_t i = 0; i < cfg.n_layers; ++i) {
+    std::vector<ParamSlot> s = {
+        {"attn_norm", {c}, 0, 0, false},  {"wq", {h * d, c}, 0, 0, true},
+        {"wk", {kv * d, c}, 0, 0, true},  {"wv", {kv * d, c}, 0, 0, true},
+        {"wo", {c, h * d}, 0, 0, true},   {"mlp_norm", {c}, 0, 0, false},
+        {"w_gate", {f, c}, 0, 0, true},   {"w_up", {f, c}, 0, 0, true},
+        {"w_down", {c, f}, 0, 0, true},
+    };
+    if (cfg.qkv_bias) {
+      s.push_back({"bq", {h * d}, 0, 0, false});
+      s.push_back({"bk", {kv * d}, 0, 0, false});
+      s.push_back({"bv", {kv * d}, 0, 0, false});
+    }
+    blocks_.emplace_back("layer." + std::to_string(i), std::move(s), opts);
+  }
+  std::vector<ParamSlot> head = {{"norm", {c}, 0, 0, false}};
+  if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, 0, 0, true});
+  blocks_.emplace_back("head", std::move(head), opts);
+
+  // Rotary tables in double, then cast, so every dtype sees the same angles.
+  auto dopt = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::Tensor inv_freq =
+      1.0 / torch::pow(cfg.rope_theta, torch::arange(0, d, 2, dopt) / static_cast<double>(d));
+  torch::Tensor pos = torch::arange(cfg.max_seq_len, dopt);
+  torch::Tensor freqs = torch::outer(pos, inv_freq);
+  torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+  cos_ = emb.cos().to(opts.dtype()).to(opts.device());
+  sin_ = emb.sin().to(opts.dtype()).to(opts.device());
+  init_weights(0);
+}
+
+void LlamaModel::init_weights(uint64_t seed) {
+  torch::NoGradGuard ng;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const double out_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
+  for (Block& b : blocks_) {
+    b.data().zero_();
+    for (size_t i = 0; i < b.slots().size(); ++i) {
+      const ParamSlot& s = b.slots()[i];
+      const torch::Tensor& p = b.params()[i];
+      if (s.name.find("norm") != std::string::npos) {
+        p.fill_(1.0);
+      } else if (s.shape.size() >= 2) {
+        // Draw on the CPU in fp32 so the init is the same on every device and dtype.
+        double sd = (s.name == "wo" || s.name == "w_down") ? out_std : cfg_.init_std;
+        torch::Tensor r = torch::empty(s.shape, torch::kFloat32);
+        r.normal_(0.0, sd, gen);
+        p.copy_(r);
+      }
+    }
+  }
+}
+
+int LlamaModel::block_index(const std::string& name) const {
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    if (blocks_[i].name() == name) return static_cast<int>(i);
+  return -1;
+}
+
+int64_t LlamaModel::num_params() const {
+  int64_t n = 0;
+  for (const Block& b : blocks_)
+    for (const auto& s : b.slots()) n += s.numel;
+  return n;
+}
+
+torch::Tensor LlamaModel::embed_weight() const { return blocks_.front().param("tok_embeddings"); }
+
+torch::Tensor LlamaModel::head_weight() const {
+  return cfg_.tie_embeddings ? embed_weight() : blocks_.back().param("output");
+}
+
+torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const {
+  const Block& b = blocks_.at(layer + 1);
+  const int64_t bsz = x.size(0), t = x.size(1);
+  const int64_t h = cfg_.n_heads, kv = cfg_.kv_heads(), d = cfg_.head_dim();
+  torch::Tensor cos = cos_.narrow(0, 0, t), sin = sin_.narrow(0, 0, t);
+
+  // attention: (B, T, C) -> q (B, H, T, D), k/v (B, KV, T, D)
+  torch::Tensor hn = rms_norm(x, b.param("attn_norm"), cfg_.norm_eps);
+  torch::Tensor bq, bk, bv;
+  if (cfg_.qkv_bias) bq = b.param("bq"), bk = b.param("bk"), bv = b.param("bv");
+  torch::Tensor q = dense(hn, b.param("wq"), bq).view({bsz, t, h, d}).transpose(1, 2);
+  torch::Tensor k = dense(hn, b.param("wk"), bk).view({bsz, t, kv, d}).transpose(1, 2);
+  torch::Tensor v = dense(hn, b.param("wv"), bv).view({bsz, t, kv, d}).transpose(1, 2);
+  q = apply_rotary(q, cos, sin);
+  k = apply_rotary(k, cos, sin);
+  torch::Tensor a = causal_attention(q, k, v).transpose(1, 2).reshape({bsz, t, h * d});
+  torch::Tensor y = x + dense(a, b.param("wo"));
+
+  // SwiGLU MLP: (B, T, C) -> (B, T, F) -> (B, T, C)
+  torch::Tensor hm = rms_norm(y, b.param("mlp_norm"), cfg_.norm_eps);
+  torch::Tensor g = torch::silu(dense(hm, b.param("w_gate"))) * dense(hm, b.param("w_up"));
+  return y + dense(g, b.param("w_down"));
+}
+
+torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from) const {
+  BCD_CHECK(tokens.dim() == 2, "tokens must be (B, T)");
+  const int64_t t = tokens.size(1);
+  if (t > cfg_.max_seq_len)
+    user_error("sequence of {} tokens exceeds model max_seq_len {}", t, cfg_.max_seq_len);
+  const int n_layers = static_cast<int>(cfg_.n_layers);
+  const bool grad_on = torch::GradMode::is_enabled();
+  torch::Tensor x;
+  {
+    torch::AutoGradMode mode(grad_on && grad_from <= 0);
+    x = torch::embedding(embed_weight(), tokens);
+  }
+  for (int i = 0; i < n_layers; ++i) {
+    const bool grad_here = grad_on && (i + 1) >= grad_from;
+    torch::AutoGradMode mode(grad_here);
+    if (grad_here && cfg_.activation_checkpointing) {
+      const Block& b = blocks_[i + 1];
+      x = CheckpointedLayer::apply(x, at::TensorList(b.params()), static_cast<int64_t>(i),
+                                   reinterpret_cast<int64_t>(this))[0];
+    } else {
+      x = layer_forward(i, x);
+    }
+  }
+  torch::AutoGradMode mode(grad_on);
+  torch::Tensor hn = rms_norm(x, blocks_.back().param("norm"), cfg_.norm_eps);
+  return dense(hn, head_weight());
+}
+
+torch::Tensor LlamaModel::loss(const torch::Tensor& batch, int grad_from) const {
+  const int64_t t = batch.size(1) - 1;
+  torch::Tensor inputs = batch.narrow(1, 0, t), targets = batch.narrow(1, 1, t);
+  torch::Tensor logits = forward(inputs, grad_from);
+  const int64_t v = logits.size(-1);
+  torch::Tensor lf = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
+  return F::cross_entropy(lf.reshape({-1, v}), targets.reshape({-1}));
+}
+
+void LlamaModel::set_trainable(bool trainable) {
+  for (Block& b : blocks_) b.set_trainable(trainable);
+}
+
+void LlamaModel::zero_grad() {
+  for (Block& b : blocks_) b.zero_grad();
+}
+
+}  // namespace bcd

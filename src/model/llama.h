@@ -1,0 +1,71 @@
+// Llama-family decoder (Llama 2/3, Mistral, Qwen2 shapes) whose parameters live in blocks:
+// "embed", "layer.0" ... "layer.{L-1}", "head" (final norm + LM head; with tied embeddings
+// the LM head is embed's matrix). Conventions follow HF transformers' LlamaModel: RMSNorm in
+// fp32, rotary embeddings in the half-split (rotate_half) layout, SwiGLU MLP.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/block.h"
+#include "runtime/config.h"
+
+namespace bcd {
+
+class LlamaModel {
+ public:
+  // B = batch, T = sequence length, C = d_model, H = heads, KV = kv heads, D = head dim,
+  // V = vocabulary, L = layers.
+  LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts = torch::kFloat32);
+
+  // Normal(0, init_std) for matrices, output projections (wo, w_down) scaled by 1/sqrt(2L),
+  // norms 1, biases 0; a pure function of the seed.
+  void init_weights(uint64_t seed);
+
+  const ModelConfig& config() const { return cfg_; }
+  int n_blocks() const { return static_cast<int>(blocks_.size()); }
+  Block& block(int i) { return blocks_.at(i); }
+  const Block& block(int i) const { return blocks_.at(i); }
+  std::vector<Block>& blocks() { return blocks_; }
+  int block_index(const std::string& name) const;  // -1 when absent
+  int64_t num_params() const;                      // real parameters (no padding)
+
+  // tokens (B, T) int64 -> logits (B, T, V).
+  // Blocks before `grad_from` run under NoGradGuard: none of their activations are kept and
+  // backward stops at block `grad_from` (the BCD truncated backward, DESIGN.md §4).
+  torch::Tensor forward(const torch::Tensor& tokens, int grad_from = 0) const;
+
+  // batch (B, T+1) -> mean next-token cross entropy over the B*T positions (fp32 scalar).
+  torch::Tensor loss(const torch::Tensor& batch, int grad_from = 0) const;
+
+  // One decoder layer: (B, T, C) -> (B, T, C). Public for tests and checkpointed recompute.
+  torch::Tensor layer_forward(int layer, const torch::Tensor& x) const;
+
+  void set_trainable(bool trainable);  // every block
+  void zero_grad();
+
+  // Rotary tables (max_seq_len, D) in the working dtype: cos and sin of position * inv_freq,
+  // the D/2 frequencies repeated twice (HF layout).
+  const torch::Tensor& rope_cos() const { return cos_; }
+  const torch::Tensor& rope_sin() const { return sin_; }
+
+ private:
+  torch::Tensor embed_weight() const;
+  torch::Tensor head_weight() const;
+
+  ModelConfig cfg_;
+  torch::TensorOptions opts_;
+  std::vector<Block> blocks_;
+  torch::Tensor cos_, sin_;
+};
+
+// HF-style helpers, exposed for tests.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// x (B, H, T, D); cos/sin (T, D)
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// q (B, H, T, D), k/v (B, KV, T, D) -> (B, H, T, D), causal
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+}  // namespace bcd

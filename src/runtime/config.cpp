@@ -1,0 +1,280 @@
+// Config loading: TOML tables onto the typed structs of config.h, overrides, validation, dumps.
+#include "runtime/config.h"
+
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace bcd {
+namespace {
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+// ---- Reading one table into a struct ----
+struct FieldReader {
+  const toml::table& tbl;
+  std::string section;
+  std::string source;
+  std::set<std::string> known;
+
+  [[noreturn]] void bad(const std::string& key, const toml::node& n, const char* expected) {
+    user_error("{}: [{}] {}: expected {}, found {}", source, section, key, expected, type_name(n));
+  }
+  void operator()(const char* key, int64_t& f, const char*) {
+    known.insert(key);
+    const toml::node* n = tbl.get(key);
+    if (!n) return;
+    if (auto v = n->as_integer()) f = v->get();
+    else bad(key, *n, "an integer");
+  }
+  void operator()(const char* key, double& f, const char*) {
+    known.insert(key);
+    const toml::node* n = tbl.get(key);
+    if (!n) return;
+    if (auto v = n->as_floating_point()) f = v->get();
+    else if (auto i = n->as_integer()) f = static_cast<double>(i->get());
+    else bad(key, *n, "a number");
+  }
+  void operator()(const char* key, bool& f, const char*) {
+    known.insert(key);
+    const toml::node* n = tbl.get(key);
+    if (!n) return;
+    if (auto v = n->as_boolean()) f = v->get();
+    else bad(key, *n, "a boolean (true or false)");
+  }
+  void operator()(const char* key, std::string& f, const char*) {
+    known.insert(key);
+    const toml::node* n = tbl.get(key);
+    if (!n) return;
+    if (auto v = n->as_string()) f = v->get();
+    else bad(key, *n, "a string");
+  }
+  void operator()(const char* key, std::vector<std::string>& f, const char*) {
+    known.insert(key);
+    const toml::node* n = tbl.get(key);
+    if (!n) return;
+    const toml::array* arr = n->as_array();
+    if (!arr) bad(key, *n, "an array of strings");
+    std::vector<std::string> out;
+    for (const toml::node& e : *arr) {
+      if (auto s = e.as_string()) out.push_back(s->get());
+      else bad(key, e, "an array of strings");
+    }
+    f = std::move(out);
+  }
+};
+
+template <class Section>
+void read_section(Section& s, const toml::table& tbl, const std::string& name,
+                  const std::string& source) {
+  FieldReader r{tbl, name, source, {}};
+  s.visit(r);
+  for (const auto& [k, v] : tbl) {
+    std::string key(k.str());
+    if (!r.known.count(key)) {
+      std::string valid;
+      for (const auto& kk : r.known) valid += (valid.empty() ? "" : ", ") + kk;
+      user_error("{}: unknown key [{}] {} (valid keys: {})", source, name, key, valid);
+    }
+  }
+}
+
+void apply_table(Config& cfg, const toml::table& root, const std::string& source) {
+  std::set<std::string> sections;
+  auto visit = [&](const char* name, auto& section) {
+    sections.insert(name);
+    const toml::node* n = root.get(name);
+    if (!n) return;
+    const toml::table* t = n->as_table();
+    if (!t) user_error("{}: [{}] must be a table, found {}", source, name, type_name(*n));
+    read_section(section, *t, name, source);
+  };
+  cfg.visit_sections(visit);
+  for (const auto& [k, v] : root) {
+    if (!sections.count(std::string(k.str()))) {
+      std::string valid;
+      for (const auto& s : sections) valid += (valid.empty() ? "" : ", ") + s;
+      user_error("{}: unknown section or key '{}' (valid sections: {})", source, k.str(), valid);
+    }
+  }
+}
+
+toml::table parse_text(const std::string& text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    user_error("{}:{}:{}: TOML syntax error: {}", source, b.line, b.column, e.description());
+  }
+}
+
+// ---- Writing ----
+struct FieldWriter {
+  toml::table& out;
+  void operator()(const char* key, int64_t& f, const char*) { out.insert_or_assign(key, f); }
+  void operator()(const char* key, double& f, const char*) { out.insert_or_assign(key, f); }
+  void operator()(const char* key, bool& f, const char*) { out.insert_or_assign(key, f); }
+  void operator()(const char* key, std::string& f, const char*) { out.insert_or_assign(key, f); }
+  void operator()(const char* key, std::vector<std::string>& f, const char*) {
+    toml::array a;
+    for (const auto& s : f) a.push_back(s);
+    out.insert_or_assign(key, std::move(a));
+  }
+};
+
+struct DocWriter {
+  std::ostringstream& os;
+  template <class T>
+  void operator()(const char* key, T& f, const char* doc) {
+    toml::table t;
+    FieldWriter w{t};
+    w(key, f, doc);
+    std::ostringstream v;
+    v << t;  // "key = value"
+    std::string kv = v.str();
+    const auto eq = kv.find(" = ");
+    std::string value = eq == std::string::npos ? kv : kv.substr(eq + 3);
+    while (!value.empty() && value.back() == '\n') value.pop_back();
+    os << "| `" << key << "` | `" << value << "` | " << doc << " |\n";
+  }
+};
+
+}  // namespace
+
+void apply_config_text(Config& cfg, const std::string& text, const std::string& source) {
+  apply_table(cfg, parse_text(text, source), source);
+}
+
+Config load_config(const std::string& file, const std::vector<std::string>& overrides) {
+  Config cfg;
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) user_error("{}: cannot open config file", file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    apply_config_text(cfg, ss.str(), file);
+  }
+  for (std::string o : overrides) {
+    const std::string flag = o;
+    if (o.rfind("--", 0) == 0) o = o.substr(2);
+    auto eq = o.find('=');
+    auto dot = o.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+      user_error("override '{}': expected --section.key=value", flag);
+    std::string section = o.substr(0, dot);
+    std::string key = o.substr(dot + 1, eq - dot - 1);
+    std::string value = o.substr(eq + 1);
+    // A value that does not parse as TOML (a bare path, a word) is taken as a string.
+    toml::table t;
+    try {
+      t = toml::parse("v = " + value);
+    } catch (const toml::parse_error&) {
+      t = toml::table{};
+      t.insert("v", value);
+    }
+    toml::table sec;
+    sec.insert(key, *t.get("v"));
+    toml::table root;
+    root.insert(section, std::move(sec));
+    apply_table(cfg, root, flag);
+  }
+  validate_config(cfg);
+  return cfg;
+}
+
+void validate_config(const Config& c) {
+  auto positive = [](const char* section, const char* key, int64_t v) {
+    if (v <= 0) user_error("config: [{}] {} must be positive, got {}", section, key, v);
+  };
+  const ModelConfig& m = c.model;
+  if (m.hf_config.empty()) {
+    positive("model", "d_model", m.d_model);
+    positive("model", "n_layers", m.n_layers);
+    positive("model", "n_heads", m.n_heads);
+    if (m.vocab_size < 0) user_error("config: [model] vocab_size must be >= 0, got {}", m.vocab_size);
+    if (m.n_kv_heads < 0) user_error("config: [model] n_kv_heads must be >= 0, got {}", m.n_kv_heads);
+    if (m.d_model % m.n_heads != 0)
+      user_error("config: [model] d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads);
+    if (m.n_heads % m.kv_heads() != 0)
+      user_error("config: [model] n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads,
+                 m.kv_heads());
+    if (m.head_dim() % 2 != 0)
+      user_error("config: [model] head dimension d_model/n_heads = {} must be even for rotary embeddings",
+                 m.head_dim());
+    positive("model", "max_seq_len", m.max_seq_len);
+    if (m.rope_theta <= 0) user_error("config: [model] rope_theta must be positive");
+    if (m.norm_eps <= 0) user_error("config: [model] norm_eps must be positive");
+  }
+  const TrainConfig& t = c.train;
+  positive("train", "steps", t.steps);
+  positive("train", "batch_size", t.batch_size);
+  positive("train", "seq_len", t.seq_len);
+  positive("train", "grad_accum", t.grad_accum);
+  positive("train", "log_every", t.log_every);
+  positive("train", "val_batches", t.val_batches);
+  if (t.lr <= 0) user_error("config: [train] lr must be positive, got {}", t.lr);
+  if (t.warmup_steps < 0) user_error("config: [train] warmup_steps must be >= 0");
+  if (t.min_lr_ratio < 0 || t.min_lr_ratio > 1)
+    user_error("config: [train] min_lr_ratio must be in [0, 1], got {}", t.min_lr_ratio);
+  if (t.grad_clip < 0) user_error("config: [train] grad_clip must be >= 0");
+  if (t.val_every < 0) user_error("config: [train] val_every must be >= 0");
+  if (t.threads < 0) user_error("config: [train] threads must be >= 0");
+  if (t.run_dir.empty()) user_error("config: [train] run_dir must not be empty");
+  if (t.dtype != "fp32")
+    user_error("config: [train] dtype: expected \"fp32\", got \"{}\"", t.dtype);
+  if (m.hf_config.empty() && t.seq_len > m.max_seq_len)
+    user_error("config: [train] seq_len ({}) exceeds [model] max_seq_len ({})", t.seq_len, m.max_seq_len);
+  const OptimConfig& o = c.optim;
+  if (o.impl != "torch") user_error("config: [optim] impl: expected \"torch\", got \"{}\"", o.impl);
+  if (o.beta1 < 0 || o.beta1 >= 1) user_error("config: [optim] beta1 must be in [0, 1)");
+  if (o.beta2 < 0 || o.beta2 >= 1) user_error("config: [optim] beta2 must be in [0, 1)");
+  if (o.eps <= 0) user_error("config: [optim] eps must be positive");
+  if (o.weight_decay < 0) user_error("config: [optim] weight_decay must be >= 0");
+  const SampleConfig& s = c.sample;
+  if (s.max_new_tokens < 0) user_error("config: [sample] max_new_tokens must be >= 0");
+  if (s.temperature < 0) user_error("config: [sample] temperature must be >= 0");
+  if (s.top_k < 0) user_error("config: [sample] top_k must be >= 0");
+  if (s.top_p <= 0 || s.top_p > 1) user_error("config: [sample] top_p must be in (0, 1]");
+}
+
+std::string config_to_toml(Config& cfg) {
+  toml::table root;
+  auto visit = [&](const char* name, auto& section) {
+    toml::table t;
+    FieldWriter w{t};
+    section.visit(w);
+    root.insert(name, std::move(t));
+  };
+  cfg.visit_sections(visit);
+  std::ostringstream os;
+  os << root << "\n";
+  return os.str();
+}
+
+std::string config_reference() {
+  Config cfg;
+  std::ostringstream os;
+  auto visit = [&](const char* name, auto& section) {
+    os << "\n### [" << name << "]\n\n| key | default | meaning |\n|---|---|---|\n";
+    DocWriter w{os};
+    section.visit(w);
+  };
+  cfg.visit_sections(visit);
+  return os.str();
+}
+
+}  // namespace bcd

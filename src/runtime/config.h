@@ -1,0 +1,163 @@
+// Typed run configuration: one struct per TOML table, each field with a default and a doc line.
+// Loading rejects unknown keys and wrong types, naming the file (or flag) and the key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bcd {
+
+struct ModelConfig {
+  std::string hf_config;          // HF config.json to take the shape from (llama, mistral, qwen2)
+  int64_t vocab_size = 0;         // 0: the dataset tokenizer's vocabulary size
+  int64_t d_model = 256;          // hidden size (HF: hidden_size)
+  int64_t n_layers = 4;           // decoder layers (HF: num_hidden_layers)
+  int64_t n_heads = 4;            // attention heads (HF: num_attention_heads)
+  int64_t n_kv_heads = 0;         // key/value heads for GQA; 0 = n_heads (HF: num_key_value_heads)
+  int64_t d_ff = 0;               // SwiGLU hidden size; 0 = 8/3 d_model rounded up to 64
+  int64_t max_seq_len = 1024;     // longest sequence the model accepts
+  double rope_theta = 10000.0;    // rotary embedding base
+  double norm_eps = 1e-5;         // RMSNorm epsilon
+  bool qkv_bias = false;          // bias on q/k/v projections (Qwen2)
+  bool tie_embeddings = false;    // LM head shares the embedding matrix
+  double init_std = 0.02;         // std of the normal init; output projections scaled by 1/sqrt(2L)
+  bool activation_checkpointing = false;  // recompute each layer's activations in backward
+
+  template <class V>
+  void visit(V& v) {
+    v("hf_config", hf_config, "HF config.json to take the shape from (llama, mistral, qwen2); fills the fields below");
+    v("vocab_size", vocab_size, "vocabulary size; 0 = the dataset tokenizer's");
+    v("d_model", d_model, "hidden size (HF hidden_size)");
+    v("n_layers", n_layers, "decoder layers (HF num_hidden_layers)");
+    v("n_heads", n_heads, "attention heads (HF num_attention_heads)");
+    v("n_kv_heads", n_kv_heads, "key/value heads for grouped-query attention; 0 = n_heads");
+    v("d_ff", d_ff, "SwiGLU hidden size (HF intermediate_size); 0 = 8/3 d_model rounded up to 64");
+    v("max_seq_len", max_seq_len, "longest sequence the model accepts");
+    v("rope_theta", rope_theta, "rotary embedding base");
+    v("norm_eps", norm_eps, "RMSNorm epsilon");
+    v("qkv_bias", qkv_bias, "bias on the q/k/v projections (Qwen2 style)");
+    v("tie_embeddings", tie_embeddings, "LM head shares the embedding matrix");
+    v("init_std", init_std, "std of the normal init; output projections scaled by 1/sqrt(2 n_layers)");
+    v("activation_checkpointing", activation_checkpointing, "recompute each layer's activations during backward");
+  }
+  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t ff_dim() const { return d_ff > 0 ? d_ff : ((8 * d_model / 3 + 63) / 64) * 64; }
+};
+
+struct TrainConfig {
+  int64_t steps = 100;            // optimizer steps
+  int64_t batch_size = 8;         // sequences per micro-batch
+  int64_t seq_len = 128;          // tokens per sequence
+  int64_t grad_accum = 1;         // micro-batches per optimizer step
+  double lr = 3e-4;               // peak learning rate
+  int64_t warmup_steps = 0;       // linear warmup steps
+  double min_lr_ratio = 0.1;      // cosine decays to lr * min_lr_ratio
+  double grad_clip = 1.0;         // global gradient norm clip; 0 = off
+  std::string run_dir = "runs/default";
+  int64_t seed = 1234;
+  int64_t val_every = 0;          // validation every N steps (and at the end); 0 = only at the end
+  int64_t val_batches = 8;        // validation micro-batches per evaluation
+  int64_t log_every = 1;          // metrics/progress every N steps
+  int64_t threads = 0;            // CPU threads for compute; 0 = all cores
+  std::string dtype = "fp32";     // working weights dtype
+
+  template <class V>
+  void visit(V& v) {
+    v("steps", steps, "optimizer steps");
+    v("batch_size", batch_size, "sequences per micro-batch");
+    v("seq_len", seq_len, "tokens per sequence");
+    v("grad_accum", grad_accum, "micro-batches per optimizer step");
+    v("lr", lr, "peak learning rate");
+    v("warmup_steps", warmup_steps, "linear warmup steps");
+    v("min_lr_ratio", min_lr_ratio, "cosine schedule decays to lr * min_lr_ratio");
+    v("grad_clip", grad_clip, "clip the global gradient norm to this; 0 = off");
+    v("run_dir", run_dir, "output directory: config.toml, metrics.jsonl, model.h5, samples.txt");
+    v("seed", seed, "seed for init, data order and sampling");
+    v("val_every", val_every, "validation loss every N steps (always at the end); 0 = only at the end");
+    v("val_batches", val_batches, "validation micro-batches per evaluation");
+    v("log_every", log_every, "progress line and metrics.jsonl record every N steps");
+    v("threads", threads, "CPU compute threads; 0 = all cores");
+    v("dtype", dtype, "working weights dtype: fp32 (bf16 comes with the BCD optimizer)");
+  }
+};
+
+struct OptimConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  std::string impl = "torch";     // AdamW implementation
+
+  template <class V>
+  void visit(V& v) {
+    v("beta1", beta1, "AdamW beta1");
+    v("beta2", beta2, "AdamW beta2");
+    v("eps", eps, "AdamW epsilon");
+    v("weight_decay", weight_decay, "decoupled weight decay (applied to matrices, not norms/biases)");
+    v("impl", impl, "AdamW implementation: torch (torch::optim::AdamW over each block's flat buffer)");
+  }
+};
+
+struct DataConfig {
+  std::string path;               // dataset directory written by `bcdtrain prepare`
+
+  template <class V>
+  void visit(V& v) {
+    v("path", path, "dataset directory written by `bcdtrain prepare`");
+  }
+};
+
+struct SampleConfig {
+  std::vector<std::string> prompts = {"The", "A man", "Life is"};
+  int64_t max_new_tokens = 64;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  double top_p = 0.95;
+
+  template <class V>
+  void visit(V& v) {
+    v("prompts", prompts, "prompts for the samples printed at the end of training");
+    v("max_new_tokens", max_new_tokens, "tokens generated per sample");
+    v("temperature", temperature, "sampling temperature; 0 = greedy");
+    v("top_k", top_k, "keep the k most likely tokens; 0 = off");
+    v("top_p", top_p, "nucleus sampling mass; 1 = off");
+  }
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  SampleConfig sample;
+
+  template <class V>
+  void visit_sections(V& v) {
+    v("model", model);
+    v("train", train);
+    v("optim", optim);
+    v("data", data);
+    v("sample", sample);
+  }
+};
+
+// Reads FILE (if not empty), then applies overrides of the form "section.key=value"
+// (with or without a leading "--"). Values are parsed as TOML, falling back to a string.
+// Relative paths inside the file stay relative to the working directory.
+Config load_config(const std::string& file, const std::vector<std::string>& overrides);
+
+// Applies TOML text onto cfg; `source` names the file or flag in errors.
+void apply_config_text(Config& cfg, const std::string& toml_text, const std::string& source);
+
+// Checks cross-field constraints (positive sizes, divisibility, known enum values).
+void validate_config(const Config& cfg);
+
+// The whole config as TOML text, every key present (written to <run_dir>/config.toml).
+std::string config_to_toml(Config& cfg);
+
+// Markdown reference of every key with its default and doc line.
+std::string config_reference();
+
+}  // namespace bcd

@@ -1,0 +1,197 @@
+// bcdtrain command line: subcommands train, prepare, generate, eval, config.
+// Bad input anywhere becomes one line on stderr and exit code 2.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/dataset.h"
+#include "io/tokenizer.h"
+#include "io/weights.h"
+#include "model/llama.h"
+#include "runtime/config.h"
+#include "runtime/error.h"
+#include "runtime/sampler.h"
+#include "runtime/trainer.h"
+
+namespace {
+
+using namespace bcd;
+
+// "--section.key=value" and "--section.key value" are config overrides; the rest goes to CLI11.
+void split_overrides(int argc, char** argv, std::vector<std::string>& rest,
+                     std::vector<std::string>& overrides) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    const auto eq = a.find('=');
+    const auto dot = a.find('.');
+    const bool is_override = a.rfind("--", 0) == 0 && dot != std::string::npos && (eq == std::string::npos || dot < eq);
+    if (!is_override) {
+      rest.push_back(a);
+    } else if (eq != std::string::npos) {
+      overrides.push_back(a);
+    } else {
+      if (i + 1 >= argc) user_error("override {}: missing value (expected {}=VALUE)", a, a);
+      overrides.push_back(a + "=" + argv[++i]);
+    }
+  }
+}
+
+Config config_from_run(const std::string& run_dir) {
+  const std::string weights = run_dir + "/model.h5";
+  Config cfg;
+  apply_config_text(cfg, read_weights_config(weights), weights);
+  return cfg;
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> rest, overrides;
+  split_overrides(argc, argv, rest, overrides);
+
+  CLI::App app{"bcdtrain: full-parameter LLM training by block coordinate descent"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "bcdtrain 0.1");
+
+  // train
+  std::string config_file;
+  bool quiet = false;
+  auto* train = app.add_subcommand("train", "train a model: --config FILE [--section.key=value ...]");
+  train->add_option("--config", config_file, "TOML config file")->check(CLI::ExistingFile);
+  train->add_flag("--quiet", quiet, "no progress output");
+
+  // config
+  bool reference = false;
+  auto* config = app.add_subcommand("config", "print the resolved config (file + overrides) as TOML");
+  config->add_option("--config", config_file, "TOML config file")->check(CLI::ExistingFile);
+  config->add_flag("--reference", reference, "print the reference of every key (Markdown)");
+
+  // prepare
+  PrepareOptions popt;
+  auto* prepare = app.add_subcommand("prepare", "tokenize text files into an HDF5 token dataset");
+  prepare->add_option("--input", popt.inputs, "text files or directories (fortune files: one document per % record)")
+      ->required();
+  prepare->add_option("--out", popt.out_dir, "output dataset directory")->required();
+  prepare->add_option("--tokenizer", popt.tokenizer_model, "existing sentencepiece tokenizer.model (else train BPE)");
+  prepare->add_option("--vocab-size", popt.vocab_size, "BPE vocabulary size when training a tokenizer")
+      ->check(CLI::Range(64, 1 << 20));
+  prepare->add_option("--val-fraction", popt.val_fraction, "fraction of documents held out for validation")
+      ->check(CLI::Range(0.0, 0.5));
+  prepare->add_option("--seed", popt.seed, "seed of the train/validation split");
+  prepare->add_flag("--force", popt.force, "replace an existing output directory");
+
+  // generate
+  std::string run_dir;
+  std::vector<std::string> prompts;
+  SampleOptions so;
+  uint64_t seed = 1;
+  auto* generate = app.add_subcommand("generate", "sample text from a trained run");
+  generate->add_option("--run", run_dir, "run directory (holds model.h5 and tokenizer.model)")->required();
+  generate->add_option("--prompt", prompts, "prompt text (repeatable)");
+  generate->add_option("--max-new-tokens", so.max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  generate->add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  generate->add_option("--top-k", so.top_k, "keep the k most likely tokens; 0 = off")->check(CLI::NonNegativeNumber);
+  generate->add_option("--top-p", so.top_p, "nucleus mass; 1 = off")->check(CLI::Range(1e-6, 1.0));
+  generate->add_option("--seed", seed, "sampling seed");
+
+  // eval
+  std::string data_dir;
+  int64_t eval_batches = 1 << 30, eval_batch_size = 0;
+  auto* eval = app.add_subcommand("eval", "validation loss of a trained run");
+  eval->add_option("--run", run_dir, "run directory")->required();
+  eval->add_option("--data", data_dir, "dataset directory (default: the run's [data] path)");
+  eval->add_option("--batches", eval_batches, "at most this many batches (default: the whole split)")
+      ->check(CLI::PositiveNumber);
+  eval->add_option("--batch-size", eval_batch_size, "sequences per batch (default: the run's)")
+      ->check(CLI::PositiveNumber);
+
+  if (!rest.empty() && rest[0][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const auto* sub : app.get_subcommands({})) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == rest[0];
+    }
+    if (!known) user_error("unknown subcommand '{}' (expected one of: {})", rest[0], names);
+  }
+  try {
+    std::vector<std::string> args(rest.rbegin(), rest.rend());  // CLI11 takes them reversed
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    fmt::print(stderr, "bcdtrain: {}\n", e.what());
+    return 2;
+  }
+  if (!overrides.empty() && !train->parsed() && !config->parsed())
+    user_error("config overrides ({}) are only accepted by train and config", overrides.front());
+
+  if (train->parsed()) {
+    if (config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");
+    run_training(load_config(config_file, overrides), quiet);
+  } else if (config->parsed()) {
+    if (reference) {
+      fmt::print("{}", config_reference());
+    } else {
+      Config cfg = load_config(config_file, overrides);
+      fmt::print("{}", config_to_toml(cfg));
+    }
+  } else if (prepare->parsed()) {
+    PrepareReport r = prepare_dataset(popt);
+    fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens, vocab {}, unigram val loss {:.4f}\n",
+               popt.out_dir, r.n_docs_train, r.n_tokens_train, r.n_docs_val, r.n_tokens_val, r.vocab_size,
+               r.unigram_val_loss);
+  } else if (generate->parsed()) {
+    Config cfg = config_from_run(run_dir);
+    configure_threads(cfg.train.threads);
+    LlamaModel model(cfg.model);
+    load_weights(model, run_dir + "/model.h5");
+    Tokenizer tok = Tokenizer::load(run_dir + "/tokenizer.model");
+    if (prompts.empty()) prompts = cfg.sample.prompts;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      fmt::print("--- sample {} ---\n{}\n", i + 1, generate_text(model, tok, prompts[i], so, seed + i));
+      std::fflush(stdout);
+    }
+  } else if (eval->parsed()) {
+    Config cfg = config_from_run(run_dir);
+    configure_threads(cfg.train.threads);
+    LlamaModel model(cfg.model);
+    load_weights(model, run_dir + "/model.h5");
+    TokenDataset ds = TokenDataset::open(data_dir.empty() ? cfg.data.path : data_dir);
+    const int64_t bs = eval_batch_size > 0 ? eval_batch_size : cfg.train.batch_size;
+    const double loss = evaluate_val_loss(model, ds, bs, cfg.train.seq_len, eval_batches);
+    fmt::print("{{\"val_loss\": {:.6f}, \"unigram_val_loss\": {:.6f}}}\n", loss, ds.unigram_val_loss());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // libgomp reads OMP_WAIT_POLICY once, when it is loaded. Its default (spin for a while after
+  // every parallel region) steals the second core from OpenBLAS's threads and halves CPU training
+  // speed on small machines, so unless the user chose a policy we set PASSIVE and start again.
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("BCD_NO_REEXEC")) {
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default
+  }
+  try {
+    return run(argc, argv);
+  } catch (const bcd::UserError& e) {
+    fmt::print(stderr, "bcdtrain: error: {}\n", e.what());
+    return 2;
+  } catch (const bcd::InternalError& e) {
+    fmt::print(stderr, "bcdtrain: internal error: {}\n", e.what());
+    return 1;
+  } catch (const c10::Error& e) {
+    fmt::print(stderr, "bcdtrain: torch error: {}\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bcdtrain: error: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,67 @@
+// Baseline AdamW over per-block flat buffers, LR schedule and gradient clipping.
+#include "runtime/optimizer.h"
+
+#include <cmath>
+
+#include "runtime/error.h"
+
+namespace bcd {
+
+double lr_at(const TrainConfig& t, int64_t step) {
+  if (t.warmup_steps > 0 && step < t.warmup_steps)
+    return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup_steps);
+  const int64_t decay_steps = std::max<int64_t>(1, t.steps - t.warmup_steps);
+  double progress = static_cast<double>(step - t.warmup_steps) / static_cast<double>(decay_steps);
+  progress = std::min(1.0, std::max(0.0, progress));
+  const double min_lr = t.lr * t.min_lr_ratio;
+  return min_lr + 0.5 * (t.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double clip_grad_norm(LlamaModel& model, double max_norm) {
+  torch::NoGradGuard ng;
+  double sq = 0;
+  for (Block& b : model.blocks())
+    if (b.grad().defined()) sq += b.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (Block& b : model.blocks())
+      if (b.grad().defined()) b.grad().mul_(scale);
+  }
+  return norm;
+}
+
+FullAdamW::FullAdamW(LlamaModel& model, const OptimConfig& cfg) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto add_group = [&](Block& b, int64_t start, int64_t len, double wd) {
+    if (len == 0) return;
+    BCD_CHECK(b.grad().defined(), "block {} must be trainable before building the optimizer", b.name());
+    torch::Tensor v = b.data().narrow(0, start, len);
+    v.mutable_grad() = b.grad().narrow(0, start, len);
+    views_.push_back(v);
+    auto opts = std::make_unique<torch::optim::AdamWOptions>(1e-3);
+    opts->betas({cfg.beta1, cfg.beta2}).eps(cfg.eps).weight_decay(wd);
+    groups.emplace_back(std::vector<torch::Tensor>{v}, std::move(opts));
+  };
+  for (Block& b : model.blocks()) {
+    add_group(b, 0, b.decay_numel(), cfg.weight_decay);
+    add_group(b, b.decay_numel(), b.numel() - b.decay_numel(), 0.0);
+  }
+  opt_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(1e-3));
+}
+
+void FullAdamW::step(double lr) {
+  for (auto& g : opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  opt_->step();
+}
+
+int64_t FullAdamW::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& kv : opt_->state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*kv.second);
+    n += s.exp_avg().nbytes() + s.exp_avg_sq().nbytes();
+  }
+  return n;
+}
+
+}  // namespace bcd

@@ -1,0 +1,35 @@
+// Full-parameter AdamW over the model's blocks (the baseline BCD is measured against) and the
+// learning-rate schedule. Each block contributes two flat parameter groups: its decayed segment
+// (matrices) and its non-decayed segment (norms, biases); see Block's layout.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "model/llama.h"
+#include "runtime/config.h"
+
+namespace bcd {
+
+// Linear warmup over warmup_steps, then cosine from lr down to lr * min_lr_ratio at `steps`.
+// `step` counts from 0 (the first update).
+double lr_at(const TrainConfig& t, int64_t step);
+
+// Global L2 norm of every trainable block's gradient; scales the gradients down to `max_norm`
+// when it is exceeded (max_norm <= 0: no clipping). Returns the norm before clipping.
+double clip_grad_norm(LlamaModel& model, double max_norm);
+
+class FullAdamW {
+ public:
+  FullAdamW(LlamaModel& model, const OptimConfig& cfg);
+  void step(double lr);
+  // Bytes of optimizer state (Adam m and v) currently held.
+  int64_t state_bytes() const;
+
+ private:
+  std::unique_ptr<torch::optim::AdamW> opt_;
+  std::vector<torch::Tensor> views_;  // keep the group tensors (and their .grad views) alive
+};
+
+}  // namespace bcd

@@ -1,0 +1,114 @@
+// CLI tests: bad input of every kind exits 2 with one line naming the file/key; nothing is damaged.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Cli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir("bcd-cli");
+    // A small real corpus: two fortune files.
+    auto r = test::run_bcdtrain("prepare --input /usr/share/games/fortunes/computers /usr/share/games/fortunes/science"
+                                " --out " + dir_->file("data") + " --vocab-size 512");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static test::TempDir* dir_;
+
+  // Runs bcdtrain and expects exit code 2 with every needle in the output.
+  void expect_exit2(const std::string& args, const std::vector<std::string>& needles) {
+    auto r = test::run_bcdtrain(args);
+    EXPECT_EQ(r.exit_code, 2) << "bcdtrain " << args << "\n" << r.output;
+    for (const auto& n : needles) EXPECT_NE(r.output.find(n), std::string::npos) << "missing '" << n << "' in:\n" << r.output;
+  }
+  std::string train_args(const std::string& extra) {
+    return "train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + dir_->file("data") +
+           " --train.steps=1 --train.run_dir=" + dir_->file("run") + " --sample.prompts='[]' " + extra;
+  }
+};
+test::TempDir* Cli::dir_ = nullptr;
+
+TEST_F(Cli, UnknownConfigKey) { expect_exit2(train_args("--train.stepz=3"), {"stepz", "--train.stepz=3"}); }
+
+TEST_F(Cli, WrongType) { expect_exit2(train_args("--train.batch_size=big"), {"[train] batch_size", "expected an integer"}); }
+
+TEST_F(Cli, UnknownKeyInFile) {
+  test::write_text(dir_->file("bad.toml"), "[model]\nd_modle = 64\n");
+  expect_exit2("train --config " + dir_->file("bad.toml"), {"bad.toml", "d_modle"});
+}
+
+TEST_F(Cli, MissingConfigFile) { expect_exit2("train --config " + dir_->file("nope.toml"), {"nope.toml"}); }
+
+TEST_F(Cli, MissingDataset) {
+  expect_exit2(train_args("--data.path=" + dir_->file("no-such-data")), {"no-such-data"});
+}
+
+TEST_F(Cli, HeadsNotDivisibleByKvHeads) {
+  expect_exit2(train_args("--model.n_heads=4 --model.n_kv_heads=3"), {"n_kv_heads"});
+}
+
+TEST_F(Cli, UnsupportedHfArchitecture) {
+  test::write_text(dir_->file("config.json"), R"({"model_type": "gpt_neox", "vocab_size": 512})");
+  expect_exit2(train_args("--model.hf_config=" + dir_->file("config.json")), {"config.json", "gpt_neox"});
+}
+
+TEST_F(Cli, CorpusShorterThanOneWindow) {
+  test::write_text(dir_->file("short.txt"), "A very short corpus.\n\nIt has two paragraphs only.\n");
+  auto r = test::run_bcdtrain("prepare --input " + dir_->file("short.txt") + " --out " + dir_->file("short") +
+                              " --tokenizer " + dir_->file("data/tokenizer.model") + " --val-fraction 0.5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_exit2(train_args("--data.path=" + dir_->file("short") + " --train.seq_len=128"), {"short", "19 tokens", "129"});
+}
+
+TEST_F(Cli, OverrideWithoutValue) { expect_exit2(train_args("--train.steps"), {"--train.steps"}); }
+
+TEST_F(Cli, UnknownFlagAndSubcommand) {
+  expect_exit2("train --config " + test::source_path("configs/tiny.toml") + " --bogus", {"bogus"});
+  expect_exit2("frobnicate", {"frobnicate"});
+}
+
+TEST_F(Cli, PrepareBadInputLeavesNothingBehind) {
+  const std::string out = dir_->file("prep-out");
+  expect_exit2("prepare --input " + dir_->file("missing.txt") + " --out " + out, {"missing.txt"});
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(dir_->path()))
+    EXPECT_EQ(e.path().filename().string().find("prep-out.tmp"), std::string::npos) << e.path();
+  // An existing dataset is never overwritten without --force.
+  expect_exit2("prepare --input /usr/share/games/fortunes/science --out " + dir_->file("data"), {"--force"});
+  EXPECT_TRUE(fs::exists(dir_->file("data/tokens.h5")));
+}
+
+TEST_F(Cli, GenerateFromMissingRun) {
+  expect_exit2("generate --run " + dir_->file("no-run"), {"no-run", "model.h5"});
+}
+
+TEST_F(Cli, CorruptDatasetFile) {
+  fs::create_directories(dir_->file("corrupt"));
+  test::write_text(dir_->file("corrupt/tokens.h5"), "this is not HDF5");
+  expect_exit2(train_args("--data.path=" + dir_->file("corrupt")), {"tokens.h5"});
+}
+
+TEST_F(Cli, HelpAndConfigReference) {
+  auto r = test::run_bcdtrain("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("train"), std::string::npos);
+  r = test::run_bcdtrain("config --reference");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("`n_kv_heads`"), std::string::npos);
+  r = test::run_bcdtrain("config --config " + test::source_path("configs/tiny.toml") + " --train.steps=7");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("steps = 7"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace bcd

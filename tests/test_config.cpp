@@ -1,0 +1,125 @@
+// Config tests: defaults, file + overrides, unknown keys and wrong types named, validation.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "runtime/config.h"
+#include "runtime/error.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, FileThenOverrides) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.toml"), R"(
+[train]
+steps = 10
+lr = 1e-3
+run_dir = "runs/x"
+[model]
+d_model = 64
+n_heads = 4
+n_kv_heads = 2
+[sample]
+prompts = ["a", "b"]
+)");
+  Config c = load_config(dir.file("c.toml"), {"--train.steps=40", "train.lr=2e-3", "--data.path=/some/dir",
+                                              "--model.tie_embeddings=true", "--sample.prompts=[\"x\"]"});
+  EXPECT_EQ(c.train.steps, 40);
+  EXPECT_DOUBLE_EQ(c.train.lr, 2e-3);
+  EXPECT_EQ(c.train.run_dir, "runs/x");
+  EXPECT_EQ(c.data.path, "/some/dir");  // a bare path becomes a string
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.model.kv_heads(), 2);
+  ASSERT_EQ(c.sample.prompts.size(), 1u);
+  EXPECT_EQ(c.sample.prompts[0], "x");
+}
+
+TEST(Config, IntegerAcceptedWhereAFloatIsExpected) {
+  Config c = load_config("", {"--train.lr=1", "--train.grad_clip=0"});
+  EXPECT_DOUBLE_EQ(c.train.lr, 1.0);
+  EXPECT_DOUBLE_EQ(c.train.grad_clip, 0.0);
+}
+
+TEST(Config, ErrorsNameTheSourceAndKey) {
+  test::TempDir dir;
+  test::write_text(dir.file("bad_key.toml"), "[train]\nstepz = 3\n");
+  std::string e = error_of([&] { load_config(dir.file("bad_key.toml"), {}); });
+  EXPECT_NE(e.find("bad_key.toml"), std::string::npos) << e;
+  EXPECT_NE(e.find("stepz"), std::string::npos) << e;
+  EXPECT_NE(e.find("steps"), std::string::npos) << "should list valid keys: " << e;
+
+  test::write_text(dir.file("bad_type.toml"), "[train]\nsteps = \"many\"\n");
+  e = error_of([&] { load_config(dir.file("bad_type.toml"), {}); });
+  EXPECT_NE(e.find("[train] steps"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected an integer"), std::string::npos) << e;
+
+  test::write_text(dir.file("bad_section.toml"), "[trian]\nsteps = 3\n");
+  e = error_of([&] { load_config(dir.file("bad_section.toml"), {}); });
+  EXPECT_NE(e.find("trian"), std::string::npos) << e;
+
+  test::write_text(dir.file("syntax.toml"), "[train\nsteps = 3\n");
+  e = error_of([&] { load_config(dir.file("syntax.toml"), {}); });
+  EXPECT_NE(e.find("syntax.toml:1"), std::string::npos) << e;
+
+  e = error_of([&] { load_config(dir.file("missing.toml"), {}); });
+  EXPECT_NE(e.find("missing.toml"), std::string::npos) << e;
+
+  e = error_of([&] { load_config("", {"--train.steps=abc"}); });
+  EXPECT_NE(e.find("--train.steps=abc"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected an integer"), std::string::npos) << e;
+
+  e = error_of([&] { load_config("", {"--train.nope=1"}); });
+  EXPECT_NE(e.find("nope"), std::string::npos) << e;
+
+  e = error_of([&] { load_config("", {"--train.steps"}); });
+  EXPECT_NE(e.find("expected --section.key=value"), std::string::npos) << e;
+}
+
+TEST(Config, ValidationNamesTheKey) {
+  std::string e = error_of([] { load_config("", {"--model.n_heads=4", "--model.n_kv_heads=3"}); });
+  EXPECT_NE(e.find("n_kv_heads"), std::string::npos) << e;
+  e = error_of([] { load_config("", {"--model.d_model=30", "--model.n_heads=4"}); });
+  EXPECT_NE(e.find("d_model"), std::string::npos) << e;
+  e = error_of([] { load_config("", {"--train.steps=0"}); });
+  EXPECT_NE(e.find("steps"), std::string::npos) << e;
+  e = error_of([] { load_config("", {"--train.seq_len=4096", "--model.max_seq_len=128"}); });
+  EXPECT_NE(e.find("seq_len"), std::string::npos) << e;
+  e = error_of([] { load_config("", {"--train.dtype=\"fp8\""}); });
+  EXPECT_NE(e.find("dtype"), std::string::npos) << e;
+}
+
+TEST(Config, DumpRoundTrips) {
+  Config a = load_config("", {"--train.steps=77", "--model.qkv_bias=true", "--sample.prompts=[\"q\"]"});
+  std::string text = config_to_toml(a);
+  Config b;
+  apply_config_text(b, text, "dump");
+  EXPECT_EQ(config_to_toml(b), text);
+  EXPECT_EQ(b.train.steps, 77);
+  EXPECT_TRUE(b.model.qkv_bias);
+}
+
+TEST(Config, ReferenceListsEveryKey) {
+  std::string ref = config_reference();
+  for (const char* k : {"[train]", "`steps`", "`batch_size`", "`seq_len`", "`lr`", "`run_dir`", "`seed`", "[data]",
+                        "`path`", "[model]", "`n_kv_heads`", "`rope_theta`"})
+    EXPECT_NE(ref.find(k), std::string::npos) << k;
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  for (const char* f : {"configs/tiny.toml"}) EXPECT_NO_THROW(load_config(test::source_path(f), {})) << f;
+}
+
+}  // namespace
+}  // namespace bcd

@@ -1,0 +1,369 @@
+// Model tests: causality, RoPE, GQA, gradients against finite differences, flat buffers, HF config.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/hf_config.h"
+#include "model/llama.h"
+#include "runtime/error.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig m;
+  m.vocab_size = 37;
+  m.d_model = 16;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.d_ff = 24;
+  m.max_seq_len = 32;
+  m.init_std = 0.2;  // large enough that every path matters in the checks below
+  return m;
+}
+
+torch::Tensor random_tokens(int64_t b, int64_t t, int64_t v, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randint(v, {b, t}, torch::kInt64);
+}
+
+// Makes norms and biases non-trivial too, so the gradient checks exercise them.
+void perturb_all(LlamaModel& m, uint64_t seed) {
+  torch::NoGradGuard ng;
+  torch::manual_seed(seed);
+  for (Block& b : m.blocks()) b.data().add_(torch::randn_like(b.data()) * 0.1);
+}
+
+TEST(Model, BlocksAreEmbedLayersHead) {
+  LlamaModel m(tiny_config());
+  ASSERT_EQ(m.n_blocks(), 4);
+  EXPECT_EQ(m.block(0).name(), "embed");
+  EXPECT_EQ(m.block(1).name(), "layer.0");
+  EXPECT_EQ(m.block(2).name(), "layer.1");
+  EXPECT_EQ(m.block(3).name(), "head");
+  // 37*16 embed + 2 layers + norm + 37*16 head
+  const int64_t layer = 16 + 16 * 16 + 8 * 16 * 2 + 16 * 16 + 16 + 3 * 24 * 16;
+  EXPECT_EQ(m.num_params(), 37 * 16 + 2 * layer + 16 + 37 * 16);
+}
+
+TEST(Model, CausalityFutureTokenNeverChangesPastLogits) {
+  for (bool ckpt : {false, true}) {
+    ModelConfig cfg = tiny_config();
+    cfg.activation_checkpointing = ckpt;
+    LlamaModel m(cfg);
+    m.init_weights(3);
+    torch::NoGradGuard ng;
+    const int64_t t = 20;
+    torch::Tensor x = random_tokens(2, t, cfg.vocab_size, 1);
+    torch::Tensor base = m.forward(x);
+    for (int64_t pos : {0, 7, 19}) {
+      torch::Tensor y = x.clone();
+      y.select(1, pos).add_(1).remainder_(cfg.vocab_size);
+      torch::Tensor out = m.forward(y);
+      if (pos > 0) {
+        EXPECT_TRUE(torch::allclose(out.narrow(1, 0, pos), base.narrow(1, 0, pos), 1e-5, 1e-6))
+            << "changing token " << pos << " changed earlier logits (checkpointing " << ckpt << ")";
+      }
+      EXPECT_FALSE(torch::allclose(out.narrow(1, pos, 1), base.narrow(1, pos, 1)))
+          << "changing token " << pos << " did not change its own logits";
+    }
+  }
+}
+
+TEST(Model, PrefixLogitsDoNotDependOnSequenceLength) {
+  // Any sequence length up to max_seq_len: a prefix run alone gives the same logits.
+  ModelConfig cfg = tiny_config();
+  LlamaModel m(cfg);
+  m.init_weights(5);
+  torch::NoGradGuard ng;
+  torch::Tensor x = random_tokens(1, cfg.max_seq_len, cfg.vocab_size, 2);
+  torch::Tensor full = m.forward(x);
+  for (int64_t t : {1, 2, 13, 31}) {
+    torch::Tensor part = m.forward(x.narrow(1, 0, t));
+    EXPECT_TRUE(torch::allclose(part, full.narrow(1, 0, t), 1e-5, 1e-6)) << "prefix length " << t;
+  }
+  EXPECT_THROW(m.forward(random_tokens(1, cfg.max_seq_len + 1, cfg.vocab_size, 3)), UserError);
+}
+
+TEST(Model, RotaryMatchesDirectFormula) {
+  ModelConfig cfg = tiny_config();
+  cfg.rope_theta = 500000.0;
+  LlamaModel m(cfg);
+  const int64_t d = cfg.head_dim(), t = 9;
+  torch::manual_seed(4);
+  torch::Tensor x = torch::randn({1, 1, t, d}, torch::kFloat64);
+  torch::Tensor out = apply_rotary(x, m.rope_cos().narrow(0, 0, t).to(torch::kFloat64),
+                                   m.rope_sin().narrow(0, 0, t).to(torch::kFloat64));
+  auto xa = x.accessor<double, 4>();
+  auto oa = out.accessor<double, 4>();
+  for (int64_t p = 0; p < t; ++p) {
+    for (int64_t i = 0; i < d / 2; ++i) {
+      // HF half-split layout: pair (i, i + D/2) rotated by p * theta^(-2i/D)
+      const double ang = static_cast<double>(p) * std::pow(cfg.rope_theta, -2.0 * i / d);
+      const double a = xa[0][0][p][i], b = xa[0][0][p][i + d / 2];
+      EXPECT_NEAR(oa[0][0][p][i], a * std::cos(ang) - b * std::sin(ang), 1e-6) << "p=" << p << " i=" << i;
+      EXPECT_NEAR(oa[0][0][p][i + d / 2], b * std::cos(ang) + a * std::sin(ang), 1e-6) << "p=" << p << " i=" << i;
+    }
+  }
+}
+
+TEST(Model, RotaryScoresDependOnlyOnRelativePosition) {
+  ModelConfig cfg = tiny_config();
+  LlamaModel m(cfg);
+  const int64_t d = cfg.head_dim();
+  torch::manual_seed(6);
+  torch::Tensor q = torch::randn({1, 1, 1, d}), k = torch::randn({1, 1, 1, d});
+  auto rot = [&](const torch::Tensor& v, int64_t p) {
+    return apply_rotary(v, m.rope_cos().narrow(0, p, 1), m.rope_sin().narrow(0, p, 1));
+  };
+  const double s1 = (rot(q, 10) * rot(k, 7)).sum().item<double>();
+  const double s2 = (rot(q, 5) * rot(k, 2)).sum().item<double>();
+  EXPECT_NEAR(s1, s2, 1e-5);
+}
+
+TEST(Model, GqaEqualsMultiHeadWithRepeatedKvHeads) {
+  ModelConfig gcfg = tiny_config();  // 4 heads, 2 kv heads
+  gcfg.qkv_bias = true;
+  ModelConfig mcfg = gcfg;
+  mcfg.n_kv_heads = 4;
+  LlamaModel g(gcfg), mh(mcfg);
+  g.init_weights(8);
+  perturb_all(g, 9);
+  torch::NoGradGuard ng;
+  const int64_t d = gcfg.head_dim(), rep = gcfg.n_heads / gcfg.kv_heads();
+  for (int i = 0; i < g.n_blocks(); ++i) {
+    const Block& src = g.block(i);
+    Block& dst = mh.block(i);
+    for (const auto& slot : src.slots()) {
+      const torch::Tensor& s = src.param(slot.name);
+      const torch::Tensor& t = dst.param(slot.name);
+      if (slot.name == "wk" || slot.name == "wv" || slot.name == "bk" || slot.name == "bv") {
+        // MHA head j uses GQA kv head j / rep
+        for (int64_t j = 0; j < mcfg.n_heads; ++j)
+          t.narrow(0, j * d, d).copy_(s.narrow(0, (j / rep) * d, d));
+      } else {
+        t.copy_(s);
+      }
+    }
+  }
+  torch::Tensor x = random_tokens(2, 12, gcfg.vocab_size, 10);
+  EXPECT_TRUE(torch::allclose(g.forward(x), mh.forward(x), 1e-5, 1e-6));
+}
+
+// ---- Gradients ----
+
+struct GradCase {
+  bool tied, bias, ckpt;
+};
+
+class ModelGrad : public ::testing::TestWithParam<GradCase> {};
+
+TEST_P(ModelGrad, MatchesFiniteDifferencesInDouble) {
+  const GradCase c = GetParam();
+  ModelConfig cfg = tiny_config();
+  cfg.vocab_size = 11;
+  cfg.d_model = 8;
+  cfg.n_heads = 2;
+  cfg.n_kv_heads = 1;
+  cfg.d_ff = 12;
+  cfg.tie_embeddings = c.tied;
+  cfg.qkv_bias = c.bias;
+  cfg.activation_checkpointing = c.ckpt;
+  cfg.init_std = 0.5;
+  LlamaModel m(cfg, torch::kFloat64);
+  m.init_weights(11);
+  perturb_all(m, 12);
+  m.set_trainable(true);
+  torch::Tensor batch = random_tokens(2, 7, cfg.vocab_size, 13);
+  m.zero_grad();
+  m.loss(batch).backward();
+
+  torch::manual_seed(14);
+  const double eps = 1e-6;
+  for (Block& b : m.blocks()) {
+    ASSERT_TRUE(b.grad().defined()) << b.name();
+    for (size_t si = 0; si < b.slots().size(); ++si) {
+      const ParamSlot& s = b.slots()[si];
+      for (int probe = 0; probe < 3; ++probe) {
+        const int64_t j = s.offset + torch::randint(s.numel, {1}).item<int64_t>();
+        double fd;
+        {
+          torch::NoGradGuard ng;
+          auto el = b.data().narrow(0, j, 1);
+          const double orig = el.item<double>();
+          el.fill_(orig + eps);
+          const double lp = m.loss(batch).item<double>();
+          el.fill_(orig - eps);
+          const double lm = m.loss(batch).item<double>();
+          el.fill_(orig);
+          fd = (lp - lm) / (2 * eps);
+        }
+        const double an = b.grad()[j].item<double>();
+        EXPECT_NEAR(an, fd, 1e-7 + 1e-5 * std::abs(fd))
+            << b.name() << "." << s.name << "[" << j - s.offset << "] tied=" << c.tied << " bias=" << c.bias
+            << " ckpt=" << c.ckpt;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ModelGrad,
+                         ::testing::Values(GradCase{false, false, false}, GradCase{true, true, false},
+                                           GradCase{false, true, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.tied ? "tied" : "untied") +
+                                  (info.param.bias ? "_bias" : "_nobias") + (info.param.ckpt ? "_ckpt" : "");
+                         });
+
+TEST(Model, CheckpointingGivesTheSameGradients) {
+  ModelConfig cfg = tiny_config();
+  LlamaModel a(cfg, torch::kFloat64);
+  cfg.activation_checkpointing = true;
+  LlamaModel b(cfg, torch::kFloat64);
+  a.init_weights(21);
+  b.init_weights(21);
+  a.set_trainable(true);
+  b.set_trainable(true);
+  torch::Tensor batch = random_tokens(3, 10, cfg.vocab_size, 22);
+  a.loss(batch).backward();
+  b.loss(batch).backward();
+  for (int i = 0; i < a.n_blocks(); ++i)
+    EXPECT_TRUE(torch::allclose(a.block(i).grad(), b.block(i).grad(), 1e-10, 1e-12)) << a.block(i).name();
+}
+
+TEST(Model, TruncatedBackwardStopsAtGradFrom) {
+  ModelConfig cfg = tiny_config();
+  LlamaModel m(cfg, torch::kFloat64);
+  m.init_weights(31);
+  m.set_trainable(true);
+  torch::Tensor batch = random_tokens(2, 9, cfg.vocab_size, 32);
+  m.loss(batch).backward();
+  std::vector<torch::Tensor> full;
+  for (Block& b : m.blocks()) full.push_back(b.grad().clone());
+  const int from = 2;  // layer.1
+  m.zero_grad();
+  m.loss(batch, from).backward();
+  for (int i = 0; i < m.n_blocks(); ++i) {
+    if (i < from)
+      EXPECT_EQ(m.block(i).grad().abs().sum().item<double>(), 0.0) << m.block(i).name();
+    else
+      EXPECT_TRUE(torch::allclose(m.block(i).grad(), full[i], 1e-10, 1e-12)) << m.block(i).name();
+  }
+}
+
+// ---- Flat buffers ----
+
+TEST(Model, FlatBuffersBackTheParameters) {
+  ModelConfig cfg = tiny_config();
+  LlamaModel m(cfg);
+  m.init_weights(41);
+  m.set_trainable(true);
+  for (Block& b : m.blocks()) {
+    const auto* base = static_cast<const char*>(b.data().data_ptr());
+    const auto* gbase = static_cast<const char*>(b.grad().data_ptr());
+    const int64_t bytes = b.data().nbytes();
+    for (size_t i = 0; i < b.slots().size(); ++i) {
+      const torch::Tensor& p = b.params()[i];
+      const auto* ptr = static_cast<const char*>(p.data_ptr());
+      EXPECT_EQ(ptr, base + b.slots()[i].offset * 4) << b.name() << "." << b.slots()[i].name;
+      EXPECT_GE(ptr, base);
+      EXPECT_LE(ptr + p.nbytes(), base + bytes);
+      const auto* gptr = static_cast<const char*>(p.grad().data_ptr());
+      EXPECT_EQ(gptr - gbase, ptr - base) << "gradient view of " << b.slots()[i].name;
+    }
+    EXPECT_EQ(b.numel() % Block::kAlign, 0);
+  }
+  torch::Tensor x = random_tokens(1, 8, cfg.vocab_size, 42);
+  torch::Tensor before = m.forward(x).detach();
+  // Writing a layer's flat buffer changes the output ...
+  {
+    torch::NoGradGuard ng;
+    m.block(1).data().mul_(1.5);
+  }
+  EXPECT_FALSE(torch::allclose(m.forward(x), before));
+  // ... and backward fills the flat gradient buffer.
+  m.zero_grad();
+  m.loss(random_tokens(2, 9, cfg.vocab_size, 43)).backward();
+  for (Block& b : m.blocks()) EXPECT_GT(b.grad().abs().sum().item<double>(), 0.0) << b.name();
+}
+
+TEST(Model, DecayedSegmentHoldsMatricesOnly) {
+  ModelConfig cfg = tiny_config();
+  cfg.qkv_bias = true;
+  LlamaModel m(cfg);
+  for (Block& b : m.blocks())
+    for (const auto& s : b.slots()) {
+      EXPECT_EQ(s.decay, s.shape.size() == 2) << s.name;
+      if (s.decay) EXPECT_LE(s.offset + s.numel, b.decay_numel()) << s.name;
+      else EXPECT_GE(s.offset, b.decay_numel()) << s.name;
+    }
+}
+
+TEST(Model, InitIsAPureFunctionOfTheSeed) {
+  LlamaModel a(tiny_config()), b(tiny_config());
+  a.init_weights(7);
+  b.init_weights(7);
+  for (int i = 0; i < a.n_blocks(); ++i) EXPECT_TRUE(torch::equal(a.block(i).data(), b.block(i).data()));
+  b.init_weights(8);
+  EXPECT_FALSE(torch::equal(a.block(1).data(), b.block(1).data()));
+}
+
+// ---- HF config ----
+
+TEST(HfConfig, MapsLlamaMistralQwen2) {
+  test::TempDir dir;
+  test::write_text(dir.file("llama.json"), R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
+    "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+    "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false,
+    "hidden_act": "silu", "rope_scaling": null})");
+  ModelConfig l = model_config_from_hf(dir.file("llama.json"), ModelConfig{});
+  EXPECT_EQ(l.d_model, 4096);
+  EXPECT_EQ(l.ff_dim(), 11008);
+  EXPECT_EQ(l.n_layers, 32);
+  EXPECT_EQ(l.kv_heads(), 32);
+  EXPECT_FALSE(l.qkv_bias);
+  EXPECT_DOUBLE_EQ(l.norm_eps, 1e-5);
+
+  test::write_text(dir.file("qwen2.json"), R"({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+    "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true,
+    "use_sliding_window": false, "sliding_window": 4096})");
+  ModelConfig q = model_config_from_hf(dir.file("qwen2.json"), ModelConfig{});
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_TRUE(q.tie_embeddings);
+  EXPECT_EQ(q.kv_heads(), 2);
+  EXPECT_DOUBLE_EQ(q.rope_theta, 1e6);
+
+  test::write_text(dir.file("mistral.json"), R"({"model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "max_position_embeddings": 32768, "sliding_window": null})");
+  ModelConfig s = model_config_from_hf(dir.file("mistral.json"), ModelConfig{});
+  EXPECT_EQ(s.kv_heads(), 8);
+}
+
+TEST(HfConfig, RejectsUnsupportedInputNamingTheFile) {
+  test::TempDir dir;
+  auto expect_error = [&](const std::string& json, const std::string& needle) {
+    test::write_text(dir.file("c.json"), json);
+    try {
+      model_config_from_hf(dir.file("c.json"), ModelConfig{});
+      ADD_FAILURE() << "accepted: " << json;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(dir.file("c.json")), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(R"({"model_type": "gpt2", "vocab_size": 50257})", "unsupported model_type \"gpt2\"");
+  expect_error(R"({"model_type": "llama"})", "vocab_size");
+  expect_error(R"({"model_type": "llama", "vocab_size": "big", "hidden_size": 8})", "vocab_size");
+  expect_error(R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 3})", "divisible");
+  expect_error("{not json", "invalid JSON");
+  EXPECT_THROW(model_config_from_hf(dir.file("missing.json"), ModelConfig{}), UserError);
+}
+
+}  // namespace
+}  // namespace bcd

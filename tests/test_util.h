@@ -1,0 +1,36 @@
+// Helpers shared by the tests: temporary directories, running the bcdtrain binary, reading files.
+#pragma once
+
+#include <string>
+
+namespace bcd::test {
+
+// A fresh directory under $TMPDIR (or /tmp), removed when the object dies.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "bcd");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `bcdtrain ARGS` through the shell (ARGS already quoted) and captures its output.
+RunResult run_bcdtrain(const std::string& args);
+
+std::string read_text(const std::string& path);
+void write_text(const std::string& path, const std::string& text);
+
+// Path of a source-tree file, e.g. source_path("configs/tiny.toml").
+std::string source_path(const std::string& rel);
+
+}  // namespace bcd::test
