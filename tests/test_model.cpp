@@ -290,16 +290,50 @@ TEST(Model, FlatBuffersBackTheParameters) {
   for (Block& b : m.blocks()) EXPECT_GT(b.grad().abs().sum().item<double>(), 0.0) << b.name();
 }
 
-TEST(Model, DecayedSegmentHoldsMatricesOnly) {
+TEST(Model, SegmentsGroupPartsAndDecay) {
   ModelConfig cfg = tiny_config();
   cfg.qkv_bias = true;
   LlamaModel m(cfg);
-  for (Block& b : m.blocks())
+  for (Block& b : m.blocks()) {
+    // segments tile the buffer in order, aligned
+    int64_t pos = 0;
+    for (const Segment& seg : b.segments()) {
+      EXPECT_EQ(seg.begin, pos) << b.name();
+      EXPECT_EQ(seg.begin % Block::kAlign, 0) << b.name();
+      pos = seg.end;
+    }
+    EXPECT_EQ(pos, b.numel()) << b.name();
     for (const auto& s : b.slots()) {
       EXPECT_EQ(s.decay, s.shape.size() == 2) << s.name;
-      if (s.decay) EXPECT_LE(s.offset + s.numel, b.decay_numel()) << s.name;
-      else EXPECT_GE(s.offset, b.decay_numel()) << s.name;
+      int hits = 0;
+      for (const Segment& seg : b.segments())
+        if (s.offset >= seg.begin && s.offset + s.numel <= seg.end) {
+          ++hits;
+          EXPECT_EQ(seg.decay, s.decay) << s.name;
+          EXPECT_EQ(seg.part, s.part) << s.name;
+        }
+      EXPECT_EQ(hits, 1) << s.name;
     }
+  }
+  // a layer has attention and MLP halves; attn_norm and the biases belong to attention
+  EXPECT_EQ(m.block(1).parts(), (std::vector<std::string>{"attn", "mlp"}));
+  EXPECT_EQ(m.block(1).segments().size(), 4u);
+  EXPECT_EQ(m.block(0).parts(), (std::vector<std::string>{""}));
+}
+
+TEST(Model, PartTrainableLimitsGradients) {
+  ModelConfig cfg = tiny_config();
+  LlamaModel m(cfg, torch::kFloat64);
+  m.init_weights(51);
+  m.block(2).set_trainable(true, "mlp");
+  torch::manual_seed(52);
+  m.loss(torch::randint(cfg.vocab_size, {2, 9}, torch::kInt64), /*grad_from=*/2).backward();
+  const Block& b = m.block(2);
+  for (size_t i = 0; i < b.slots().size(); ++i) {
+    const double g = b.grad().narrow(0, b.slots()[i].offset, b.slots()[i].numel).abs().sum().item<double>();
+    if (b.slots()[i].part == "mlp") EXPECT_GT(g, 0.0) << b.slots()[i].name;
+    else EXPECT_EQ(g, 0.0) << b.slots()[i].name;
+  }
 }
 
 TEST(Model, InitIsAPureFunctionOfTheSeed) {

@@ -13,26 +13,41 @@ int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 Block::Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts)
     : name_(std::move(name)) {
-  // Decayed slots first, stable within each group so the layout is a pure function of the shape.
-  std::stable_partition(slots.begin(), slots.end(), [](const ParamSlot& s) { return s.decay; });
+  // Group by part (first appearance order), decayed first within a part; stable, so the layout
+  // is a pure function of the shape.
+  std::vector<std::string> order;
+  for (const auto& s : slots)
+    if (std::find(order.begin(), order.end(), s.part) == order.end()) order.push_back(s.part);
+  auto rank = [&](const ParamSlot& s) {
+    return 2 * (std::find(order.begin(), order.end(), s.part) - order.begin()) + (s.decay ? 0 : 1);
+  };
+  std::stable_sort(slots.begin(), slots.end(),
+                   [&](const ParamSlot& a, const ParamSlot& b) { return rank(a) < rank(b); });
   int64_t off = 0;
-  bool in_decay = true;
-  for (auto& s : slots) {
-    if (in_decay && !s.decay) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    ParamSlot& s = slots[i];
+    if (i == 0 || rank(s) != rank(slots[i - 1])) {
       off = round_up(off, kAlign);
-      decay_numel_ = off;
-      in_decay = false;
+      if (!segments_.empty()) segments_.back().end = off;
+      segments_.push_back({off, off, s.decay, s.part});
     }
     s.numel = 1;
     for (int64_t d : s.shape) s.numel *= d;
     s.offset = off;
     off += s.numel;
   }
-  if (in_decay) decay_numel_ = round_up(off, kAlign);
   numel_ = round_up(off, kAlign);
+  if (!segments_.empty()) segments_.back().end = numel_;
   slots_ = std::move(slots);
   data_ = torch::zeros({numel_}, opts.requires_grad(false));
   make_views();
+}
+
+std::vector<std::string> Block::parts() const {
+  std::vector<std::string> out;
+  for (const auto& s : segments_)
+    if (std::find(out.begin(), out.end(), s.part) == out.end()) out.push_back(s.part);
+  return out;
 }
 
 void Block::make_views() {
@@ -40,7 +55,7 @@ void Block::make_views() {
   for (const auto& s : slots_) params_.push_back(data_.narrow(0, s.offset, s.numel).view(s.shape));
   if (trainable_) {
     trainable_ = false;
-    set_trainable(true);
+    set_trainable(true, trainable_part_);
   }
 }
 
@@ -56,15 +71,18 @@ bool Block::has_param(const std::string& name) const {
   return false;
 }
 
-void Block::set_trainable(bool trainable) {
-  if (trainable == trainable_) return;
+void Block::set_trainable(bool trainable, const std::string& part) {
+  if (trainable == trainable_ && (!trainable || part == trainable_part_)) return;
   trainable_ = trainable;
+  trainable_part_ = trainable ? part : "";
   if (trainable) {
-    grad_ = torch::zeros_like(data_);
+    if (!grad_.defined()) grad_ = torch::zeros_like(data_);
     for (size_t i = 0; i < slots_.size(); ++i) {
       torch::Tensor& p = params_[i];
-      p.requires_grad_(true);
-      p.mutable_grad() = grad_.narrow(0, slots_[i].offset, slots_[i].numel).view(slots_[i].shape);
+      const bool on = part.empty() || slots_[i].part == part;
+      p.mutable_grad() = torch::Tensor();
+      p.requires_grad_(on);
+      if (on) p.mutable_grad() = grad_.narrow(0, slots_[i].offset, slots_[i].numel).view(slots_[i].shape);
     }
   } else {
     for (auto& p : params_) {

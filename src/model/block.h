@@ -16,20 +16,31 @@ struct ParamSlot {
   int64_t offset = 0;            // elements from the start of the flat buffer
   int64_t numel = 0;
   bool decay = false;            // weight decay applies (matrices); norms and biases do not
+  std::string part;              // sub-block a BCD unit may train alone: "attn", "mlp"; "" = none
+};
+
+// A contiguous run of slots with the same part and decay flag, padded to Block::kAlign.
+struct Segment {
+  int64_t begin = 0, end = 0;    // elements of the flat buffer
+  bool decay = false;
+  std::string part;
+  int64_t numel() const { return end - begin; }
 };
 
 class Block {
  public:
-  // Slots are laid out decayed first, then not decayed, each segment padded to kAlign elements,
-  // so an optimizer can treat [0, decay_numel) and [decay_numel, numel) as two flat groups.
+  // Slots are laid out grouped by part (in order of first appearance), decayed before not
+  // decayed within a part; each such run is a Segment padded to kAlign elements, so an
+  // optimizer treats a block (or one part of it) as a few flat ranges.
   static constexpr int64_t kAlign = 16;  // 64 bytes of fp32: one cache line / AVX-512 vector
 
   Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts);
 
   const std::string& name() const { return name_; }
   int64_t numel() const { return numel_; }
-  int64_t decay_numel() const { return decay_numel_; }
   const std::vector<ParamSlot>& slots() const { return slots_; }
+  const std::vector<Segment>& segments() const { return segments_; }
+  std::vector<std::string> parts() const;  // distinct parts, in layout order
 
   // Flat working buffer (1-D); writing it changes what the model computes.
   torch::Tensor& data() { return data_; }
@@ -46,8 +57,11 @@ class Block {
   // Trainable: every view requires grad and its .grad is a view of the flat gradient buffer
   // (autograd accumulates in place into an existing grad, so backward fills the flat buffer).
   // Frozen: no view requires grad and the gradient buffer is released.
-  void set_trainable(bool trainable);
+  // `part` limits requires_grad to that part's slots ("" = every slot); the gradient buffer
+  // always spans the whole block.
+  void set_trainable(bool trainable, const std::string& part = "");
   bool trainable() const { return trainable_; }
+  const std::string& trainable_part() const { return trainable_part_; }
   void zero_grad();
 
   // Re-creates the parameter views over a new flat buffer of the same size and dtype
@@ -59,7 +73,9 @@ class Block {
 
   std::string name_;
   std::vector<ParamSlot> slots_;
-  int64_t numel_ = 0, decay_numel_ = 0;
+  std::vector<Segment> segments_;
+  int64_t numel_ = 0;
+  std::string trainable_part_;
   torch::Tensor data_, grad_;
   std::vector<torch::Tensor> params_;
   bool trainable_ = false;

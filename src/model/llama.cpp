@@ -111,24 +111,26 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts) : cfg_
   const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
   const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
   blocks_.reserve(cfg.n_layers + 2);
-  blocks_.emplace_back("embed", std::vector<ParamSlot>{{"tok_embeddings", {v, c}, 0, 0, true}}, opts);
+  blocks_.emplace_back("embed", std::vector<ParamSlot>{{"tok_embeddings", {v, c}, 0, 0, true, ""}}, opts);
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
     std::vector<ParamSlot> s = {
-        {"attn_norm", {c}, 0, 0, false},  {"wq", {h * d, c}, 0, 0, true},
-        {"wk", {kv * d, c}, 0, 0, true},  {"wv", {kv * d, c}, 0, 0, true},
-        {"wo", {c, h * d}, 0, 0, true},   {"mlp_norm", {c}, 0, 0, false},
-        {"w_gate", {f, c}, 0, 0, true},   {"w_up", {f, c}, 0, 0, true},
-        {"w_down", {c, f}, 0, 0, true},
+        {"attn_norm", {c}, 0, 0, false, "attn"}, {"wq", {h * d, c}, 0, 0, true, "attn"},
+        {"wk", {kv * d, c}, 0, 0, true, "attn"},  {"wv", {kv * d, c}, 0, 0, true, "attn"},
+        {"wo", {c, h * d}, 0, 0, true, "attn"},
     };
     if (cfg.qkv_bias) {
-      s.push_back({"bq", {h * d}, 0, 0, false});
-      s.push_back({"bk", {kv * d}, 0, 0, false});
-      s.push_back({"bv", {kv * d}, 0, 0, false});
+      s.push_back({"bq", {h * d}, 0, 0, false, "attn"});
+      s.push_back({"bk", {kv * d}, 0, 0, false, "attn"});
+      s.push_back({"bv", {kv * d}, 0, 0, false, "attn"});
     }
+    s.push_back({"mlp_norm", {c}, 0, 0, false, "mlp"});
+    s.push_back({"w_gate", {f, c}, 0, 0, true, "mlp"});
+    s.push_back({"w_up", {f, c}, 0, 0, true, "mlp"});
+    s.push_back({"w_down", {c, f}, 0, 0, true, "mlp"});
     blocks_.emplace_back("layer." + std::to_string(i), std::move(s), opts);
   }
-  std::vector<ParamSlot> head = {{"norm", {c}, 0, 0, false}};
-  if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, 0, 0, true});
+  std::vector<ParamSlot> head = {{"norm", {c}, 0, 0, false, ""}};
+  if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, 0, 0, true, ""});
   blocks_.emplace_back("head", std::move(head), opts);
 
   // Rotary tables in double, then cast, so every dtype sees the same angles.

@@ -234,12 +234,28 @@ void validate_config(const Config& c) {
   if (t.val_every < 0) user_error("config: [train] val_every must be >= 0");
   if (t.threads < 0) user_error("config: [train] threads must be >= 0");
   if (t.run_dir.empty()) user_error("config: [train] run_dir must not be empty");
-  if (t.dtype != "fp32")
-    user_error("config: [train] dtype: expected \"fp32\", got \"{}\"", t.dtype);
+  if (t.dtype != "fp32" && t.dtype != "bf16")
+    user_error("config: [train] dtype: expected \"fp32\" or \"bf16\", got \"{}\"", t.dtype);
   if (m.hf_config.empty() && t.seq_len > m.max_seq_len)
     user_error("config: [train] seq_len ({}) exceeds [model] max_seq_len ({})", t.seq_len, m.max_seq_len);
   const OptimConfig& o = c.optim;
-  if (o.impl != "torch") user_error("config: [optim] impl: expected \"torch\", got \"{}\"", o.impl);
+  if (o.impl != "torch" && o.impl != "fused")
+    user_error("config: [optim] impl: expected \"fused\" or \"torch\", got \"{}\"", o.impl);
+  const BcdConfig& b = c.bcd;
+  if (o.impl == "torch" && (b.enabled || t.dtype != "fp32"))
+    user_error("config: [optim] impl = \"torch\" supports only full-parameter fp32 training; use \"fused\"");
+  positive("bcd", "switch_every", b.switch_every);
+  positive("bcd", "layers_per_block", b.layers_per_block);
+  if (b.order != "random" && b.order != "ascending" && b.order != "descending" && b.order != "fixed")
+    user_error("config: [bcd] order: expected random, ascending, descending or fixed, got \"{}\"", b.order);
+  if (b.order == "fixed" && b.fixed_order.empty())
+    user_error("config: [bcd] fixed_order must list block names when order = \"fixed\"");
+  if (b.blocks != "layer" && b.blocks != "attn_mlp" && b.blocks != "whole")
+    user_error("config: [bcd] blocks: expected layer, attn_mlp or whole, got \"{}\"", b.blocks);
+  if (b.blocks == "attn_mlp" && b.layers_per_block != 1)
+    user_error("config: [bcd] layers_per_block must be 1 with blocks = \"attn_mlp\"");
+  if (b.state_on_switch != "keep" && b.state_on_switch != "reset")
+    user_error("config: [bcd] state_on_switch: expected keep or reset, got \"{}\"", b.state_on_switch);
   if (o.beta1 < 0 || o.beta1 >= 1) user_error("config: [optim] beta1 must be in [0, 1)");
   if (o.beta2 < 0 || o.beta2 >= 1) user_error("config: [optim] beta2 must be in [0, 1)");
   if (o.eps <= 0) user_error("config: [optim] eps must be positive");

@@ -79,7 +79,32 @@ struct TrainConfig {
     v("val_batches", val_batches, "validation micro-batches per evaluation");
     v("log_every", log_every, "progress line and metrics.jsonl record every N steps");
     v("threads", threads, "CPU compute threads; 0 = all cores");
-    v("dtype", dtype, "working weights dtype: fp32 (bf16 comes with the BCD optimizer)");
+    v("dtype", dtype, "working weights dtype: fp32, or bf16 (with an fp32 master copy per block)");
+  }
+};
+
+struct BcdConfig {
+  bool enabled = false;
+  int64_t switch_every = 50;
+  std::string order = "random";
+  std::vector<std::string> fixed_order;
+  std::string blocks = "layer";
+  int64_t layers_per_block = 1;
+  bool include_embed = true;
+  bool include_head = true;
+  std::string state_on_switch = "keep";
+
+  template <class V>
+  void visit(V& v) {
+    v("enabled", enabled, "train one block at a time (block coordinate descent); false = full-parameter AdamW");
+    v("switch_every", switch_every, "optimizer steps per visit of a block (K)");
+    v("order", order, "block order: random (new permutation each block-epoch, seeded), ascending, descending, fixed");
+    v("fixed_order", fixed_order, "block names in visiting order for order = \"fixed\" (e.g. [\"head\", \"layer.1\"])");
+    v("blocks", blocks, "what a block is: layer (embed, each layer group, head), attn_mlp (attention and MLP halves), whole (one block: the model)");
+    v("layers_per_block", layers_per_block, "decoder layers per block with blocks = \"layer\"");
+    v("include_embed", include_embed, "train the embedding as a block (else it stays frozen)");
+    v("include_head", include_head, "train the head (final norm + LM head) as a block (else it stays frozen)");
+    v("state_on_switch", state_on_switch, "Adam moments on switch: keep (persist between visits) or reset (dropped, as BAdam)");
   }
 };
 
@@ -88,7 +113,7 @@ struct OptimConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  std::string impl = "torch";     // AdamW implementation
+  std::string impl = "fused";     // AdamW implementation
 
   template <class V>
   void visit(V& v) {
@@ -96,7 +121,7 @@ struct OptimConfig {
     v("beta2", beta2, "AdamW beta2");
     v("eps", eps, "AdamW epsilon");
     v("weight_decay", weight_decay, "decoupled weight decay (applied to matrices, not norms/biases)");
-    v("impl", impl, "AdamW implementation: torch (torch::optim::AdamW over each block's flat buffer)");
+    v("impl", impl, "AdamW implementation: fused (one SIMD/CUDA pass per block segment) or torch (torch::optim::AdamW; full-parameter fp32 only)");
   }
 };
 
@@ -130,6 +155,7 @@ struct Config {
   ModelConfig model;
   TrainConfig train;
   OptimConfig optim;
+  BcdConfig bcd;
   DataConfig data;
   SampleConfig sample;
 
@@ -138,6 +164,7 @@ struct Config {
     v("model", model);
     v("train", train);
     v("optim", optim);
+    v("bcd", bcd);
     v("data", data);
     v("sample", sample);
   }

@@ -43,10 +43,8 @@ FullAdamW::FullAdamW(LlamaModel& model, const OptimConfig& cfg) {
     opts->betas({cfg.beta1, cfg.beta2}).eps(cfg.eps).weight_decay(wd);
     groups.emplace_back(std::vector<torch::Tensor>{v}, std::move(opts));
   };
-  for (Block& b : model.blocks()) {
-    add_group(b, 0, b.decay_numel(), cfg.weight_decay);
-    add_group(b, b.decay_numel(), b.numel() - b.decay_numel(), 0.0);
-  }
+  for (Block& b : model.blocks())
+    for (const Segment& s : b.segments()) add_group(b, s.begin, s.numel(), s.decay ? cfg.weight_decay : 0.0);
   opt_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(1e-3));
 }
 

@@ -1,6 +1,6 @@
 // Full-parameter AdamW over the model's blocks (the baseline BCD is measured against) and the
-// learning-rate schedule. Each block contributes two flat parameter groups: its decayed segment
-// (matrices) and its non-decayed segment (norms, biases); see Block's layout.
+// learning-rate schedule. Each block segment (a flat run of decayed matrices or of non-decayed
+// norms/biases; see Block's layout) is one parameter group.
 #pragma once
 
 #include <torch/torch.h>

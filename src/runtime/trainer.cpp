@@ -16,6 +16,8 @@
 #include "model/llama.h"
 #include "runtime/error.h"
 #include "runtime/metrics.h"
+#include "runtime/bcd_scheduler.h"
+#include "runtime/block_optimizer.h"
 #include "runtime/optimizer.h"
 #include "runtime/sampler.h"
 
@@ -87,10 +89,33 @@ TrainSummary run_training(Config cfg, bool quiet) {
   if (tc.seq_len > mc.max_seq_len)
     user_error("config: [train] seq_len ({}) exceeds the model's max_seq_len ({})", tc.seq_len, mc.max_seq_len);
   cfg.model = mc;
-  LlamaModel model(mc);
+  LlamaModel model(mc, tc.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   model.init_weights(static_cast<uint64_t>(tc.seed));
-  model.set_trainable(true);
-  FullAdamW opt(model, cfg.optim);
+
+  // ---- BCD schedule and optimizer ----
+  const BcdConfig& bc = cfg.bcd;
+  std::vector<TrainUnit> units = make_units(model, bc);
+  std::vector<int> fixed;
+  if (bc.enabled && bc.order == "fixed")
+    for (const std::string& name : bc.fixed_order) {
+      auto it = std::find_if(units.begin(), units.end(), [&](const TrainUnit& u) { return u.name == name; });
+      if (it == units.end()) {
+        std::string valid;
+        for (const auto& u : units) valid += (valid.empty() ? "" : ", ") + u.name;
+        user_error("config: [bcd] fixed_order: unknown block \"{}\" (blocks: {})", name, valid);
+      }
+      fixed.push_back(static_cast<int>(it - units.begin()));
+    }
+  BcdScheduler sched(static_cast<int>(units.size()), bc, static_cast<uint64_t>(tc.seed), fixed);
+  std::unique_ptr<FullAdamW> torch_opt;
+  std::unique_ptr<BlockAdamW> block_opt;
+  if (cfg.optim.impl == "torch") {
+    model.set_trainable(true);
+    torch_opt = std::make_unique<FullAdamW>(model, cfg.optim);
+  } else {
+    block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, bc.state_on_switch == "keep");
+    block_opt->activate(sched.current());
+  }
 
   // ---- Run directory ----
   std::error_code ec;
@@ -110,8 +135,16 @@ TrainSummary run_training(Config cfg, bool quiet) {
   say(fmt::format("data: {} train / {} val tokens ({}), unigram val loss {:.4f}",
                   ds.tokens(Split::kTrain).size(), ds.tokens(Split::kVal).size(), cfg.data.path,
                   ds.unigram_val_loss()));
-  say(fmt::format("train: {} steps x {} tokens/step, AdamW lr {:g}, {} threads", tc.steps,
-                  tc.batch_size * tc.seq_len * tc.grad_accum, tc.lr, torch::get_num_threads()));
+  say(fmt::format("train: {} steps x {} tokens/step, {} AdamW ({}) lr {:g}, {} working weights, {} threads",
+                  tc.steps, tc.batch_size * tc.seq_len * tc.grad_accum, cfg.optim.impl,
+                  bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, tc.dtype,
+                  torch::get_num_threads()));
+  if (bc.enabled) {
+    std::string names;
+    for (const auto& u : units) names += (names.empty() ? "" : " ") + u.name;
+    say(fmt::format("bcd: {} blocks [{}], {} steps per visit, order {}, moments {} on switch", units.size(), names,
+                    bc.switch_every, bc.order, bc.state_on_switch));
+  }
 
   // ---- Loop ----
   const int64_t tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum;
@@ -122,18 +155,22 @@ TrainSummary run_training(Config cfg, bool quiet) {
   for (int64_t step = 1; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = lr_at(tc, step - 1);
+    const int unit = sched.current();
+    // Backward stops at the active block: everything below runs without autograd.
+    const int grad_from = bc.enabled ? units[unit].lowest_block() : 0;
     model.zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       torch::Tensor batch = train_loader.next();                 // (B, T+1)
-      torch::Tensor loss = model.loss(batch);                    // forward
+      torch::Tensor loss = model.loss(batch, grad_from);         // forward
       (loss / static_cast<double>(tc.grad_accum)).backward();    // backward
       loss_sum += loss.item<double>();
     }
     const double loss = loss_sum / static_cast<double>(tc.grad_accum);
     if (!std::isfinite(loss)) user_error("training diverged at step {}: loss is {}", step, loss);
     const double grad_norm = clip_grad_norm(model, tc.grad_clip);
-    opt.step(lr);                                                // update
+    if (torch_opt) torch_opt->step(lr);                          // update
+    else block_opt->step(lr);
     const double dt = seconds_since(t0);
     train_s += dt, interval_s += dt, ++interval_steps;
     if (step == 1) sum.first_loss = loss;
@@ -154,15 +191,25 @@ TrainSummary run_training(Config cfg, bool quiet) {
                             {"tokens_per_s", tps},
                             {"elapsed_s", seconds_since(t_start)}};
       if (val_loss) rec["val_loss"] = *val_loss;
+      if (bc.enabled) {
+        rec["block"] = units[unit].name;
+        rec["block_id"] = unit;
+        rec["block_epoch"] = sched.epoch();
+        rec["step_in_visit"] = sched.step_in_visit();
+      }
+      rec["optim_state_bytes"] = torch_opt ? torch_opt->state_bytes() : block_opt->state_bytes();
+      if (block_opt) rec["block_state_bytes"] = block_opt->unit_moment_bytes(unit);
       metrics.write(rec);
       const double eta = train_s / static_cast<double>(step) * static_cast<double>(tc.steps - step);
       std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}",
                                      step, std::to_string(tc.steps).size(), tc.steps, loss, lr, tps,
                                      format_duration(eta));
       if (val_loss) line += fmt::format(" | val {:.4f}", *val_loss);
+      if (bc.enabled) line += fmt::format(" | {} (epoch {})", units[unit].name, sched.epoch());
       say(line);
       interval_s = 0, interval_steps = 0;
     }
+    if (sched.step() && block_opt) block_opt->activate(sched.current());  // switch blocks
   }
   sum.steps = tc.steps;
   sum.tokens_per_s = static_cast<double>(tokens_per_step * tc.steps) / std::max(train_s, 1e-9);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds and runs one named benchmark; its last stdout line is one JSON record.
+# Usage: scripts/bench.sh NAME [ARGS...]   (extra ARGS go to the benchmark program)
+# Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing),
+# BCD_JOBS parallel build jobs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  echo "usage: scripts/bench.sh NAME [ARGS...]" >&2
+  echo "  NAME: adamw-kernel (fused CPU AdamW vs torch::optim::AdamW vs memcpy)" >&2
+  exit 2
+}
+[[ $# -ge 1 ]] || usage
+name=$1
+shift
+
+# One line per benchmark: its CMake target and the program's path inside the build directory.
+case "$name" in
+  adamw-kernel) target=bench_adamw; program=tests/bench_adamw ;;
+  *) echo "scripts/bench.sh: unknown benchmark '$name'" >&2; usage ;;
+esac
+
+build=${BCD_BUILD_DIR:-build}
+jobs=${BCD_JOBS:-$(nproc)}
+if [[ ! -d $build ]]; then
+  if [[ $build == build ]]; then
+    scripts/setup.sh
+  else
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+    cmake --build "$build" -j "$jobs" --target "$target"
+  fi
+else
+  cmake --build "$build" -j "$jobs" --target "$target"
+fi
+
+# Every core for both thread pools (the programs default to all of them); libgomp, LibTorch's
+# OpenMP, otherwise spins idle threads and steals those cores from TBB.
+export OMP_WAIT_POLICY=PASSIVE
+exec "$build/$program" "$@"

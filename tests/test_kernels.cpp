@@ -1,0 +1,290 @@
+// Fused CPU AdamW (kernels/adamw.h) against torch::optim::AdamW, in every ISA this CPU has and
+// at sizes that hit each SIMD tail; the bf16 gradient path, the bf16 working copy, ISA agreement.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/adamw.h"
+#include "runtime/error.h"
+
+namespace bcd {
+namespace {
+
+const AdamWIsa kIsas[] = {AdamWIsa::kScalar, AdamWIsa::kAvx2, AdamWIsa::kAvx512};
+// 1: tail only; 15/16/17: around one AVX-512 vector (and two AVX2 ones); 1000003: 62 TBB
+// chunks of 16384 elements, the last one partial, ending in a 3-element SIMD tail.
+const int64_t kSizes[] = {1, 15, 16, 17, 1000003};
+constexpr double kTol = 1e-6;
+
+// Runs the kernels with one ISA for the life of the object.
+class ForcedIsa {
+ public:
+  explicit ForcedIsa(AdamWIsa isa) { adamw_cpu_force_isa(isa); }
+  ~ForcedIsa() { adamw_cpu_auto_isa(); }
+  ForcedIsa(const ForcedIsa&) = delete;
+  ForcedIsa& operator=(const ForcedIsa&) = delete;
+};
+
+// Relative error per element, |a - r| / max(|r|, rms(r)): plain relative error, except that
+// elements far below the tensor's scale (m where it nearly cancels) are measured against the
+// scale, where one rounding step of the inputs would otherwise read as a huge relative error.
+struct Mismatch {
+  double max_rel = 0;
+  int64_t worst = -1;      // element with max_rel
+  int64_t differing = 0;   // elements not bitwise equal
+  std::string str(const float* a, const float* r) const {
+    if (worst < 0) return "identical";
+    return fmt::format("max rel err {:.3g} at [{}] (got {:.9g}, want {:.9g}); {} elements differ",
+                       max_rel, worst, a[worst], r[worst], differing);
+  }
+};
+
+Mismatch compare(const float* a, const float* r, int64_t n) {
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(r[i]) * r[i];
+  const double rms = std::sqrt(sq / static_cast<double>(std::max<int64_t>(n, 1)));
+  Mismatch mm;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::memcmp(&a[i], &r[i], sizeof(float)) == 0) continue;
+    ++mm.differing;
+    const double den = std::max(std::fabs(static_cast<double>(r[i])), rms);
+    const double rel = std::fabs(static_cast<double>(a[i]) - r[i]) / (den > 0 ? den : 1.0);
+    if (mm.worst < 0 || !(rel <= mm.max_rel)) mm.max_rel = rel, mm.worst = i;  // NaN counts as worst
+  }
+  return mm;
+}
+
+const uint16_t* bf16_bits(const torch::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+std::string isa_size_name(const ::testing::TestParamInfo<std::tuple<AdamWIsa, int64_t>>& info) {
+  return fmt::format("{}_n{}", adamw_isa_name(std::get<0>(info.param)), std::get<1>(info.param));
+}
+
+// ---- Against torch::optim::AdamW ----
+class AdamWVsTorch : public ::testing::TestWithParam<std::tuple<AdamWIsa, int64_t>> {};
+
+TEST_P(AdamWVsTorch, TwentyStepsWithDecay) {
+  const auto [isa, n] = GetParam();
+  if (!adamw_cpu_isa_supported(isa)) GTEST_SKIP() << "this CPU lacks " << adamw_isa_name(isa);
+  ForcedIsa forced(isa);
+  ASSERT_STREQ(adamw_cpu_isa(), adamw_isa_name(isa));
+
+  torch::manual_seed(1234 + n);
+  torch::Tensor p_ref = torch::randn({n});
+  torch::Tensor master = p_ref.clone(), m = torch::zeros({n}), v = torch::zeros({n});
+  AdamWHyper h;
+  h.beta1 = 0.9f, h.beta2 = 0.95f, h.eps = 1e-8f, h.weight_decay = 0.1f;
+  torch::optim::AdamW opt({p_ref}, torch::optim::AdamWOptions(1e-3).betas({h.beta1, h.beta2})
+                                       .eps(h.eps).weight_decay(h.weight_decay));
+  for (int64_t t = 1; t <= 20; ++t) {
+    // A learning-rate schedule, so nothing may be cached between calls; large enough steps
+    // that the update, not the initial value, dominates the master weights' error.
+    h.lr = 0.01f * (1.0f + 0.05f * static_cast<float>(t));
+    h.step = t;
+    static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[0].options()).lr(h.lr);
+    // Gradient scales spread over decades, so v spans many binades and eps matters somewhere.
+    torch::Tensor g = torch::randn({n}) * torch::exp(2 * torch::randn({n}));
+    p_ref.mutable_grad() = g;
+    opt.step();
+    adamw_step_cpu(master.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
+                   v.data_ptr<float>(), n, h);
+
+    const auto& st = static_cast<const torch::optim::AdamWParamState&>(*opt.state().begin()->second);
+    const struct {
+      const char* name;
+      const torch::Tensor& got;
+      const torch::Tensor& want;
+    } checks[] = {{"master", master, p_ref}, {"m", m, st.exp_avg()}, {"v", v, st.exp_avg_sq()}};
+    for (const auto& c : checks) {
+      const float* a = c.got.data_ptr<float>();
+      const float* r = c.want.data_ptr<float>();
+      const Mismatch mm = compare(a, r, n);
+      ASSERT_LE(mm.max_rel, kTol) << c.name << " at step " << t << ": " << mm.str(a, r);
+      if (t == 20) RecordProperty(std::string(c.name) + "_differing", std::to_string(mm.differing));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(IsaBySize, AdamWVsTorch,
+                         ::testing::Combine(::testing::ValuesIn(kIsas), ::testing::ValuesIn(kSizes)),
+                         isa_size_name);
+
+// A non-decayed segment (norms, biases): torch skips the decay multiply altogether.
+TEST(AdamW, NoDecayMatchesTorch) {
+  const int64_t n = 4099;
+  torch::manual_seed(7);
+  torch::Tensor p_ref = torch::randn({n});
+  torch::Tensor master = p_ref.clone(), m = torch::zeros({n}), v = torch::zeros({n});
+  AdamWHyper h;
+  h.lr = 0.02f, h.weight_decay = 0.0f;
+  torch::optim::AdamW opt({p_ref}, torch::optim::AdamWOptions(h.lr).weight_decay(0.0));
+  for (int64_t t = 1; t <= 5; ++t) {
+    h.step = t;
+    torch::Tensor g = torch::randn({n});
+    p_ref.mutable_grad() = g;
+    opt.step();
+    adamw_step_cpu(master.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
+                   v.data_ptr<float>(), n, h);
+  }
+  const Mismatch mm = compare(master.data_ptr<float>(), p_ref.data_ptr<float>(), n);
+  EXPECT_LE(mm.max_rel, kTol) << mm.str(master.data_ptr<float>(), p_ref.data_ptr<float>());
+}
+
+// ---- bf16 gradients and the bf16 working copy ----
+class AdamWBf16 : public ::testing::TestWithParam<std::tuple<AdamWIsa, int64_t>> {};
+
+TEST_P(AdamWBf16, GradPathEqualsFp32PathAndCopyEqualsTorchCast) {
+  const auto [isa, n] = GetParam();
+  if (!adamw_cpu_isa_supported(isa)) GTEST_SKIP() << "this CPU lacks " << adamw_isa_name(isa);
+  ForcedIsa forced(isa);
+
+  torch::manual_seed(99 + n);
+  torch::Tensor master_a = torch::randn({n}), master_b = master_a.clone();
+  torch::Tensor m_a = torch::zeros({n}), v_a = torch::zeros({n});
+  torch::Tensor m_b = torch::zeros({n}), v_b = torch::zeros({n});
+  torch::Tensor out_a = torch::empty({n}, torch::kBFloat16), out_b = torch::empty({n}, torch::kBFloat16);
+  AdamWHyper h;
+  h.lr = 0.01f, h.weight_decay = 0.1f;
+  for (int64_t t = 1; t <= 5; ++t) {
+    h.step = t;
+    const torch::Tensor g16 = torch::randn({n}).to(torch::kBFloat16);
+    const torch::Tensor g32 = g16.to(torch::kFloat32);  // exactly the bf16 values
+    auto* oa = reinterpret_cast<uint16_t*>(out_a.data_ptr<at::BFloat16>());
+    auto* ob = reinterpret_cast<uint16_t*>(out_b.data_ptr<at::BFloat16>());
+    adamw_step_cpu(master_a.data_ptr<float>(), g32.data_ptr<float>(), m_a.data_ptr<float>(),
+                   v_a.data_ptr<float>(), n, h, oa);
+    adamw_step_cpu_bf16grad(master_b.data_ptr<float>(), bf16_bits(g16), m_b.data_ptr<float>(),
+                            v_b.data_ptr<float>(), n, h, ob);
+    ASSERT_TRUE(torch::equal(master_a, master_b)) << "master differs at step " << t;
+    ASSERT_TRUE(torch::equal(m_a, m_b)) << "m differs at step " << t;
+    ASSERT_TRUE(torch::equal(v_a, v_b)) << "v differs at step " << t;
+    ASSERT_EQ(std::memcmp(oa, ob, n * sizeof(uint16_t)), 0) << "bf16 copy differs at step " << t;
+    const torch::Tensor want = master_a.to(torch::kBFloat16);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(oa[i], bf16_bits(want)[i]) << "bf16 copy of master[" << i << "] = "
+                                           << master_a[i].item<float>() << " at step " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(IsaBySize, AdamWBf16,
+                         ::testing::Combine(::testing::ValuesIn(kIsas), ::testing::ValuesIn(kSizes)),
+                         isa_size_name);
+
+// Rounding corner cases through the kernel: with lr = 0, wd = 0 and g = 0 the update leaves
+// master unchanged, so the bf16 copy is just the conversion of the chosen values.
+class AdamWBf16Rounding : public ::testing::TestWithParam<AdamWIsa> {};
+
+TEST_P(AdamWBf16Rounding, MatchesTorchOnTiesOverflowAndSpecials) {
+  const AdamWIsa isa = GetParam();
+  if (!adamw_cpu_isa_supported(isa)) GTEST_SKIP() << "this CPU lacks " << adamw_isa_name(isa);
+  ForcedIsa forced(isa);
+  const uint32_t patterns[] = {
+      0x3F808000,  // tie, kept LSB even: rounds down
+      0x3F818000,  // tie, kept LSB odd: rounds up
+      0x3F808001, 0x3F807FFF, 0xBF818000,
+      0x7F7FFFFF,  // FLT_MAX: rounds to +inf
+      0xFF7FFFFF, 0x7F800000, 0xFF800000,  // -FLT_MAX, +-inf
+      0x00000001, 0x00008000, 0x00018000, 0x807FFFFF,  // subnormals
+      0x00000000, 0x80000000, 0x3F800000,
+  };
+  const int64_t n = 67;  // patterns repeated across SIMD bodies and the tail
+  std::vector<float> master(n), zeros(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = patterns[i % std::size(patterns)];
+    std::memcpy(&master[i], &u, sizeof u);
+  }
+  const std::vector<float> before = master;
+  std::vector<uint16_t> out(n);
+  AdamWHyper h;
+  h.lr = 0.0f, h.weight_decay = 0.0f;
+  adamw_step_cpu(master.data(), zeros.data(), m.data(), v.data(), n, h, out.data());
+  ASSERT_EQ(std::memcmp(master.data(), before.data(), n * sizeof(float)), 0);
+  const torch::Tensor want = torch::from_blob(master.data(), {n}).to(torch::kBFloat16);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &master[i], sizeof u);
+    EXPECT_EQ(out[i], bf16_bits(want)[i]) << fmt::format("float bits {:#010x}", u);
+  }
+
+  // NaN: every NaN becomes 0x7FC0, as c10::BFloat16's scalar conversion does.
+  std::vector<float> nan_master(n, std::nanf("")), nz(n, 0.0f), nm(n, 0.0f), nv(n, 0.0f);
+  adamw_step_cpu(nan_master.data(), nz.data(), nm.data(), nv.data(), n, h, out.data());
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[i], 0x7FC0) << "element " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, AdamWBf16Rounding, ::testing::ValuesIn(kIsas),
+                         [](const ::testing::TestParamInfo<AdamWIsa>& info) {
+                           return std::string(adamw_isa_name(info.param));
+                         });
+
+// ---- ISAs agree bitwise ----
+// Every path performs the same IEEE operations in the same order, so any difference means a
+// path diverged (e.g. the compiler contracted a multiply-add the scalar path rounds twice).
+TEST(AdamW, IsasAgreeBitwiseAtAnyAlignment) {
+  const int64_t n = 3 * 16384 + 21;
+  for (int64_t offset : {0, 1, 3}) {  // start off the 64-byte alignment Block guarantees
+    torch::manual_seed(5);
+    const torch::Tensor p0 = torch::randn({n + offset}), g = torch::randn({n + offset});
+    const torch::Tensor g16 = g.to(torch::kBFloat16);
+    torch::Tensor ref_p, ref_m, ref_v, ref_out;
+    for (AdamWIsa isa : kIsas) {
+      if (!adamw_cpu_isa_supported(isa)) continue;
+      ForcedIsa forced(isa);
+      torch::Tensor p = p0.clone(), m = torch::zeros_like(p0), v = torch::zeros_like(p0);
+      torch::Tensor out = torch::zeros({n + offset}, torch::kBFloat16);
+      auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + offset;
+      AdamWHyper h;
+      h.lr = 0.01f, h.weight_decay = 0.1f;
+      for (int64_t t = 1; t <= 3; ++t) {
+        h.step = t;
+        float* pp = p.data_ptr<float>() + offset;
+        float* mp = m.data_ptr<float>() + offset;
+        float* vp = v.data_ptr<float>() + offset;
+        if (t == 2) adamw_step_cpu_bf16grad(pp, bf16_bits(g16) + offset, mp, vp, n, h, o);
+        else adamw_step_cpu(pp, g.data_ptr<float>() + offset, mp, vp, n, h, o);
+      }
+      if (!ref_p.defined()) {
+        ref_p = p, ref_m = m, ref_v = v, ref_out = out;
+        continue;
+      }
+      EXPECT_TRUE(torch::equal(p, ref_p)) << adamw_isa_name(isa) << " offset " << offset << ": master";
+      EXPECT_TRUE(torch::equal(m, ref_m)) << adamw_isa_name(isa) << " offset " << offset << ": m";
+      EXPECT_TRUE(torch::equal(v, ref_v)) << adamw_isa_name(isa) << " offset " << offset << ": v";
+      EXPECT_TRUE(torch::equal(out, ref_out)) << adamw_isa_name(isa) << " offset " << offset << ": bf16";
+    }
+  }
+}
+
+// ---- Dispatch and argument checks ----
+TEST(AdamW, DispatcherPicksTheWidestIsa) {
+  const AdamWIsa best = adamw_cpu_isa_supported(AdamWIsa::kAvx512) ? AdamWIsa::kAvx512
+                        : adamw_cpu_isa_supported(AdamWIsa::kAvx2) ? AdamWIsa::kAvx2
+                                                                   : AdamWIsa::kScalar;
+  EXPECT_STREQ(adamw_cpu_isa(), adamw_isa_name(best));
+  EXPECT_TRUE(adamw_cpu_isa_supported(AdamWIsa::kScalar));
+  RecordProperty("isa", adamw_cpu_isa());
+}
+
+TEST(AdamW, RejectsBadArguments) {
+  float x = 1, g = 1, m = 0, v = 0;
+  AdamWHyper h;
+  h.step = 0;
+  EXPECT_THROW(adamw_step_cpu(&x, &g, &m, &v, 1, h), InternalError);
+  h.step = 1;
+  EXPECT_THROW(adamw_step_cpu(&x, &g, &m, &v, -1, h), InternalError);
+  EXPECT_THROW(adamw_step_cpu(nullptr, &g, &m, &v, 1, h), InternalError);
+  adamw_step_cpu(nullptr, nullptr, nullptr, nullptr, 0, h);  // empty segment: a no-op
+  h.beta2 = 1.0f;
+  EXPECT_THROW(adamw_step_cpu(&x, &g, &m, &v, 1, h), InternalError);
+}
+
+}  // namespace
+}  // namespace bcd
