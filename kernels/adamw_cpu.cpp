@@ -63,7 +63,8 @@ BCD_TARGET_AVX512 inline Vec512 broadcast512(const Coeffs& c) {
           _mm512_set1_ps(c.sqrt_bc2), _mm512_set1_ps(c.eps),   _mm512_set1_ps(c.neg_step)};
 }
 
-// Same bias trick as adamw_detail::float_to_bf16, 16 lanes at once (no VCVTNEPS2BF16: it flushes denormals).
+// Same bias trick as adamw_detail::float_to_bf16, 16 lanes at once. Not VCVTNEPS2BF16
+// (AVX512_BF16): it flushes subnormals to zero, torch does not.
 BCD_TARGET_AVX512 inline __m256i bf16_rne512(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));

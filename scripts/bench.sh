@@ -8,7 +8,10 @@ cd "$(dirname "$0")/.."
 
 usage() {
   echo "usage: scripts/bench.sh NAME [ARGS...]" >&2
-  echo "  NAME: adamw-kernel (fused CPU AdamW vs torch::optim::AdamW vs memcpy)" >&2
+  echo "  NAME: adamw-kernel  fused CPU AdamW vs torch::optim::AdamW vs memcpy" >&2
+  echo "        bcd-step      BCD step time over a block-epoch vs full AdamW (12 layers)" >&2
+  echo "        convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens" >&2
+  echo "        io            fio vs bcdtrain iobench (io_uring and thread engines)" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
@@ -18,6 +21,9 @@ shift
 # One line per benchmark: its CMake target and the program's path inside the build directory.
 case "$name" in
   adamw-kernel) target=bench_adamw; program=tests/bench_adamw ;;
+  bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
+  convergence) target=bench_convergence; program=tests/bench_convergence ;;
+  io) target=bcdtrain; program="" ;;
   *) echo "scripts/bench.sh: unknown benchmark '$name'" >&2; usage ;;
 esac
 
@@ -37,4 +43,7 @@ fi
 # Every core for both thread pools (the programs default to all of them); libgomp, LibTorch's
 # OpenMP, otherwise spins idle threads and steals those cores from TBB.
 export OMP_WAIT_POLICY=PASSIVE
+if [[ $name == io ]]; then
+  BCD_IOBENCH="$build/bcdtrain iobench" exec scripts/bench_io.sh "$@"
+fi
 exec "$build/$program" "$@"

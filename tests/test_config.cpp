@@ -117,6 +117,15 @@ TEST(Config, ReferenceListsEveryKey) {
     EXPECT_NE(ref.find(k), std::string::npos) << k;
 }
 
+TEST(Config, ReadmeReferenceIsCurrent) {
+  // README.md carries the output of `bcdtrain config --reference`; regenerate it when keys change.
+  std::string ref = config_reference();
+  while (!ref.empty() && ref.front() == '\n') ref.erase(ref.begin());
+  while (!ref.empty() && ref.back() == '\n') ref.pop_back();
+  EXPECT_NE(test::read_text(test::source_path("README.md")).find(ref), std::string::npos)
+      << "README.md's configuration reference is stale: paste `build/bcdtrain config --reference` into it";
+}
+
 TEST(Config, ShippedConfigsLoad) {
   for (const char* f : {"configs/tiny.toml"}) EXPECT_NO_THROW(load_config(test::source_path(f), {})) << f;
 }

@@ -105,13 +105,20 @@ TEST(Trainer, ClipScalesTheGlobalNorm) {
 TEST_F(TrainerRun, TinyConfigLearnsIn30Steps) {
   const std::string run = run_dir("tiny30");
   auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
-                              " --train.steps=30 --train.warmup_steps=5 --train.val_every=15 --train.val_batches=4"
+                              " --train.steps=30 --train.warmup_steps=5 --train.val_every=15 --train.val_batches=4 --bcd.switch_every=10"
                               " --train.log_every=1 --sample.max_new_tokens=8 --train.run_dir=" + run);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto m = read_metrics(run + "/metrics.jsonl");
   ASSERT_EQ(m.size(), 30u);
   for (const auto& rec : m)
-    for (const char* k : {"step", "loss", "lr", "tokens_per_s", "elapsed_s"}) ASSERT_TRUE(rec.contains(k)) << k;
+    for (const char* k : {"step", "loss", "lr", "tokens_per_s", "elapsed_s", "block", "block_id", "block_epoch",
+                          "optim_state_bytes", "block_state_bytes"})
+      ASSERT_TRUE(rec.contains(k)) << k;
+  // the demo trains with BCD: K = 10 steps per visit, so blocks change every 10 steps
+  EXPECT_EQ(m[0]["block"], m[9]["block"]);
+  EXPECT_TRUE(m[0].contains("state_bytes_by_block"));
+  EXPECT_TRUE(m[10].contains("state_bytes_by_block"));
+  EXPECT_FALSE(m[11].contains("state_bytes_by_block"));
   EXPECT_EQ(m.front()["step"], 1);
   EXPECT_EQ(m.back()["step"], 30);
   const double first = m.front()["loss"], last = m.back()["loss"];

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "io/dataset.h"
+#include "io/iobench.h"
 #include "io/tokenizer.h"
 #include "io/weights.h"
 #include "model/llama.h"
@@ -110,6 +111,22 @@ int run(int argc, char** argv) {
   eval->add_option("--batch-size", eval_batch_size, "sequences per batch (default: the run's)")
       ->check(CLI::PositiveNumber);
 
+  // iobench
+  IoBenchOptions iopt;
+  std::string io_size = "2GiB", io_block = "1MiB", io_mode = "read", io_engine = "auto";
+  bool io_buffered = false;
+  auto* iobench = app.add_subcommand("iobench", "sequential read/write throughput of a drive through the I/O engine");
+  iobench->add_option("--path", iopt.path, "directory on the drive under test")->required();
+  iobench->add_option("--size", io_size, "file size (units: 4KiB, 1MiB, 2GiB, 1.5GB)");
+  iobench->add_option("--block-size", io_block, "bytes per request");
+  iobench->add_option("--queue-depth", iopt.queue_depth, "requests in flight")->check(CLI::Range(1, 4096));
+  iobench->add_option("--mode", io_mode, "read or write");
+  iobench->add_option("--engine", io_engine, "auto (io_uring, else threads), uring or threads");
+  iobench->add_option("--loops", iopt.loops, "passes over the file (at least)")->check(CLI::PositiveNumber);
+  iobench->add_option("--seconds", iopt.seconds, "keep making passes until this many seconds went by")
+      ->check(CLI::NonNegativeNumber);
+  iobench->add_flag("--buffered", io_buffered, "go through the page cache instead of O_DIRECT");
+
   if (!rest.empty() && rest[0][0] != '-') {
     std::string names;
     bool known = false;
@@ -156,6 +173,13 @@ int run(int argc, char** argv) {
       fmt::print("--- sample {} ---\n{}\n", i + 1, generate_text(model, tok, prompts[i], so, seed + i));
       std::fflush(stdout);
     }
+  } else if (iobench->parsed()) {
+    iopt.size = parse_bytes(io_size);
+    iopt.block_size = parse_bytes(io_block);
+    iopt.mode = parse_io_op(io_mode);
+    iopt.engine = parse_engine_kind(io_engine);
+    iopt.direct = !io_buffered;
+    return run_iobench(iopt);
   } else if (eval->parsed()) {
     Config cfg = config_from_run(run_dir);
     configure_threads(cfg.train.threads);

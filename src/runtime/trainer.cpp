@@ -199,6 +199,11 @@ TrainSummary run_training(Config cfg, bool quiet) {
       }
       rec["optim_state_bytes"] = torch_opt ? torch_opt->state_bytes() : block_opt->state_bytes();
       if (block_opt) rec["block_state_bytes"] = block_opt->unit_moment_bytes(unit);
+      if (block_opt && bc.enabled && (sched.step_in_visit() == 0 || step == 1)) {
+        nlohmann::json per_block;  // moments held per block at the start of each visit
+        for (size_t u = 0; u < units.size(); ++u) per_block[units[u].name] = block_opt->unit_moment_bytes(static_cast<int>(u));
+        rec["state_bytes_by_block"] = per_block;
+      }
       metrics.write(rec);
       const double eta = train_s / static_cast<double>(step) * static_cast<double>(tc.steps - step);
       std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}",

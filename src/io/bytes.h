@@ -1,0 +1,20 @@
+// Byte counts as people write them: "4096", "4KiB", "1MiB", "2GiB", "1.5GB" (parse_bytes) and back
+// (format_bytes). Shared by iobench flags, the extent store's messages and config sizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace bcd {
+
+// Binary units (KiB, MiB, GiB, TiB and the bare K, M, G, T) are powers of 1024, decimal units
+// (kB/KB, MB, GB, TB) powers of 1000; "B" or no unit is bytes; case and a space before the unit
+// are ignored ("2 gib"). UserError naming the text on junk, a negative or fractional byte count,
+// or more than 2^64-1 bytes.
+uint64_t parse_bytes(const std::string& text);
+
+// Largest binary unit that keeps the value >= 1, 4 significant digits: "2 GiB", "1.5 MiB",
+// "3.999 KiB", "1023 B".
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace bcd
