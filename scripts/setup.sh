@@ -27,7 +27,7 @@ if [[ ${#missing[@]} -gt 0 && "${BCD_SKIP_APT:-0}" != 1 ]]; then
   [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  $SUDO apt-get install -y -q "${missing[@]}"
 fi
 
 # LibTorch calls BLAS through libblas.so.3: make sure OpenBLAS, not the reference BLAS, serves it.

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/bytes.h"
 #include "runtime/error.h"
 
 namespace bcd {
@@ -62,6 +63,29 @@ struct FieldReader {
     if (!n) return;
     if (auto v = n->as_string()) f = v->get();
     else bad(key, *n, "a string");
+  }
+  void operator()(const char* key, Bytes& f, const char*) {
+    known.insert(key);
+    const toml::node* n = tbl.get(key);
+    if (!n) return;
+    if (auto i = n->as_integer()) {
+      if (i->get() < 0)
+        user_error("{}: [{}] {}: expected a size like \"24GiB\" or \"auto\", got {}", source, section, key, i->get());
+      f = Bytes{static_cast<uint64_t>(i->get()), false};
+    } else if (auto s = n->as_string()) {
+      const std::string text = s->get();
+      if (text == "auto") {
+        f = Bytes{0, true};
+        return;
+      }
+      try {
+        f = Bytes{parse_bytes(text), false};
+      } catch (const UserError&) {
+        user_error("{}: [{}] {}: expected a size like \"24GiB\" or \"auto\", got \"{}\"", source, section, key, text);
+      }
+    } else {
+      bad(key, *n, "a size like \"24GiB\", an integer byte count or \"auto\"");
+    }
   }
   void operator()(const char* key, std::vector<std::string>& f, const char*) {
     known.insert(key);
@@ -129,6 +153,15 @@ struct FieldWriter {
   void operator()(const char* key, double& f, const char*) { out.insert_or_assign(key, f); }
   void operator()(const char* key, bool& f, const char*) { out.insert_or_assign(key, f); }
   void operator()(const char* key, std::string& f, const char*) { out.insert_or_assign(key, f); }
+  // Lossless and readable: "auto", "24GiB", "512MiB", or the integer byte count.
+  void operator()(const char* key, Bytes& f, const char*) {
+    if (f.is_auto) return void(out.insert_or_assign(key, "auto"));
+    const uint64_t v = f.value;
+    const std::pair<uint64_t, const char*> units[] = {{1ull << 40, "TiB"}, {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
+    for (const auto& [u, name] : units)
+      if (v >= u && v % u == 0) return void(out.insert_or_assign(key, std::to_string(v / u) + name));
+    out.insert_or_assign(key, static_cast<int64_t>(v));
+  }
   void operator()(const char* key, std::vector<std::string>& f, const char*) {
     toml::array a;
     for (const auto& s : f) a.push_back(s);
@@ -260,6 +293,10 @@ void validate_config(const Config& c) {
   if (o.beta2 < 0 || o.beta2 >= 1) user_error("config: [optim] beta2 must be in [0, 1)");
   if (o.eps <= 0) user_error("config: [optim] eps must be positive");
   if (o.weight_decay < 0) user_error("config: [optim] weight_decay must be >= 0");
+  const MemoryConfig& mem = c.memory;
+  positive("memory", "prefetch_depth", mem.prefetch_depth);
+  for (const auto& p : mem.nvme_paths)
+    if (p.empty()) user_error("config: [memory] nvme_paths: an entry is empty");
   const SampleConfig& s = c.sample;
   if (s.max_new_tokens < 0) user_error("config: [sample] max_new_tokens must be >= 0");
   if (s.temperature < 0) user_error("config: [sample] temperature must be >= 0");

@@ -8,6 +8,13 @@
 
 namespace bcd {
 
+// A byte count from the config: a size with units ("24GiB", "1.5GB"), an integer, or "auto"
+// (value then resolved by whoever reads it; see MemoryConfig).
+struct Bytes {
+  uint64_t value = 0;
+  bool is_auto = true;
+};
+
 struct ModelConfig {
   std::string hf_config;          // HF config.json to take the shape from (llama, mistral, qwen2)
   int64_t vocab_size = 0;         // 0: the dataset tokenizer's vocabulary size
@@ -151,6 +158,29 @@ struct SampleConfig {
   }
 };
 
+// Budgets of the three tiers (DESIGN.md §2); src/memory/planner.h places every block's state in them.
+// "auto": compute_bytes = MemTotal (right for CPU-only builds, where compute is host memory; GPU
+// runs give the card's size), host_bytes = MemAvailable (both from /proc/meminfo),
+// pinned_bytes = exactly the staging pool the plan needs, activation_bytes = the planner's estimate.
+struct MemoryConfig {
+  Bytes compute_bytes;            // compute-device (GPU) memory budget
+  Bytes pinned_bytes;             // pinned host staging pool
+  Bytes host_bytes;               // all host RAM for model state (the pinned pool included)
+  std::vector<std::string> nvme_paths;  // directories of the NVMe tier, striped
+  int64_t prefetch_depth = 1;     // units of look-ahead the pinned pool holds
+  Bytes activation_bytes;         // activation memory on the compute device; auto = estimate
+
+  template <class V>
+  void visit(V& v) {
+    v("compute_bytes", compute_bytes, "compute-device memory budget (\"24GiB\", bytes, or \"auto\": the host's MemTotal, for CPU builds; give a GPU's size explicitly)");
+    v("pinned_bytes", pinned_bytes, "pinned host staging pool (\"auto\": exactly (prefetch_depth + 1) units of master + moments)");
+    v("host_bytes", host_bytes, "host RAM for model state, pinned pool included (\"auto\": MemAvailable)");
+    v("nvme_paths", nvme_paths, "directories of the NVMe tier (state that does not fit host_bytes is striped over them)");
+    v("prefetch_depth", prefetch_depth, "units of look-ahead the pinned staging pool must hold");
+    v("activation_bytes", activation_bytes, "activation memory on the compute device (\"auto\": the planner's estimate)");
+  }
+};
+
 struct Config {
   ModelConfig model;
   TrainConfig train;
@@ -158,6 +188,7 @@ struct Config {
   BcdConfig bcd;
   DataConfig data;
   SampleConfig sample;
+  MemoryConfig memory;
 
   template <class V>
   void visit_sections(V& v) {
@@ -167,6 +198,7 @@ struct Config {
     v("bcd", bcd);
     v("data", data);
     v("sample", sample);
+    v("memory", memory);
   }
 };
 

@@ -1,4 +1,4 @@
-// bcdtrain command line: subcommands train, prepare, generate, eval, config.
+// bcdtrain command line: subcommands train, prepare, generate, eval, config, plan, iobench.
 // Bad input anywhere becomes one line on stderr and exit code 2.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -15,6 +15,8 @@
 #include "io/iobench.h"
 #include "io/tokenizer.h"
 #include "io/weights.h"
+#include "memory/planner.h"
+#include "model/hf_config.h"
 #include "model/llama.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
@@ -51,6 +53,14 @@ Config config_from_run(const std::string& run_dir) {
   return cfg;
 }
 
+// The finished model of a run directory (fp32 working weights, whatever the run trained in).
+LlamaModel load_run_model(const std::string& run_dir, const Config& cfg) {
+  configure_threads(cfg.train.threads);
+  LlamaModel model(cfg.model);
+  load_weights(model, run_dir + "/model.h5");
+  return model;
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> rest, overrides;
   split_overrides(argc, argv, rest, overrides);
@@ -71,6 +81,10 @@ int run(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "print the resolved config (file + overrides) as TOML");
   config->add_option("--config", config_file, "TOML config file")->check(CLI::ExistingFile);
   config->add_flag("--reference", reference, "print the reference of every key (Markdown)");
+
+  // plan
+  auto* plan = app.add_subcommand("plan", "memory plan of a run: home tier of every block's state, budgets, fits or not");
+  plan->add_option("--config", config_file, "TOML config file")->check(CLI::ExistingFile);
 
   // prepare
   PrepareOptions popt;
@@ -144,8 +158,8 @@ int run(int argc, char** argv) {
     fmt::print(stderr, "bcdtrain: {}\n", e.what());
     return 2;
   }
-  if (!overrides.empty() && !train->parsed() && !config->parsed())
-    user_error("config overrides ({}) are only accepted by train and config", overrides.front());
+  if (!overrides.empty() && !train->parsed() && !config->parsed() && !plan->parsed())
+    user_error("config overrides ({}) are only accepted by train, config and plan", overrides.front());
 
   if (train->parsed()) {
     if (config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");
@@ -157,6 +171,18 @@ int run(int argc, char** argv) {
       Config cfg = load_config(config_file, overrides);
       fmt::print("{}", config_to_toml(cfg));
     }
+  } else if (plan->parsed()) {
+    if (config_file.empty() && overrides.empty()) user_error("plan: give --config FILE and/or --section.key=value");
+    Config cfg = load_config(config_file, overrides);
+    ModelConfig mc = resolve_model_config(cfg.model);
+    if (mc.vocab_size == 0) {
+      if (cfg.data.path.empty())
+        user_error("plan: [model] vocab_size is 0 and [data] path is empty: set model.vocab_size");
+      mc.vocab_size = TokenDataset::open(cfg.data.path).vocab_size();
+    }
+    const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory);
+    fmt::print("{}", format_plan(p));
+    if (!p.fits) user_error("plan does not fit: {}", p.why_not);
   } else if (prepare->parsed()) {
     PrepareReport r = prepare_dataset(popt);
     fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens, vocab {}, unigram val loss {:.4f}\n",
@@ -164,9 +190,7 @@ int run(int argc, char** argv) {
                r.unigram_val_loss);
   } else if (generate->parsed()) {
     Config cfg = config_from_run(run_dir);
-    configure_threads(cfg.train.threads);
-    LlamaModel model(cfg.model);
-    load_weights(model, run_dir + "/model.h5");
+    LlamaModel model = load_run_model(run_dir, cfg);
     Tokenizer tok = Tokenizer::load(run_dir + "/tokenizer.model");
     if (prompts.empty()) prompts = cfg.sample.prompts;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -182,9 +206,7 @@ int run(int argc, char** argv) {
     return run_iobench(iopt);
   } else if (eval->parsed()) {
     Config cfg = config_from_run(run_dir);
-    configure_threads(cfg.train.threads);
-    LlamaModel model(cfg.model);
-    load_weights(model, run_dir + "/model.h5");
+    LlamaModel model = load_run_model(run_dir, cfg);
     TokenDataset ds = TokenDataset::open(data_dir.empty() ? cfg.data.path : data_dir);
     const int64_t bs = eval_batch_size > 0 ? eval_batch_size : cfg.train.batch_size;
     const double loss = evaluate_val_loss(model, ds, bs, cfg.train.seq_len, eval_batches);

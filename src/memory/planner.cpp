@@ -1,0 +1,376 @@
+// Memory planner: block layouts from the model shape, BCD units, home tiers and budget checks.
+#include "memory/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace bcd {
+
+const char* state_kind_name(StateKind k) {
+  switch (k) {
+    case StateKind::kWorking: return "working";
+    case StateKind::kMaster: return "master";
+    case StateKind::kAdamM: return "m";
+    case StateKind::kAdamV: return "v";
+    case StateKind::kGrad: return "grad";
+  }
+  return "?";
+}
+
+namespace {
+
+// Block::kAlign, repeated here so that this file needs no torch header; test_planner checks
+// the layouts against real Blocks, so a change there fails loudly.
+constexpr int64_t kAlign = 16;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+std::string gib(uint64_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / kGiB); }
+
+struct Slot {
+  int64_t numel;
+  bool decay;
+  std::string part;
+};
+
+// The same grouping as Block's constructor: by part in order of first appearance, decayed
+// before not decayed within a part, each run padded to kAlign.
+BlockShape layout(std::string name, const std::vector<Slot>& slots) {
+  std::vector<std::string> order;
+  for (const auto& s : slots)
+    if (std::find(order.begin(), order.end(), s.part) == order.end()) order.push_back(s.part);
+  auto rank = [&](const Slot& s) {
+    return 2 * (std::find(order.begin(), order.end(), s.part) - order.begin()) + (s.decay ? 0 : 1);
+  };
+  std::vector<Slot> sorted = slots;
+  std::stable_sort(sorted.begin(), sorted.end(), [&](const Slot& a, const Slot& b) { return rank(a) < rank(b); });
+  BlockShape b;
+  b.name = std::move(name);
+  int64_t off = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (i == 0 || rank(sorted[i]) != rank(sorted[i - 1])) {
+      off = round_up(off, kAlign);
+      if (!b.segments.empty()) b.segments.back().end = off;
+      b.segments.push_back({sorted[i].part, sorted[i].decay, off, off});
+    }
+    off += sorted[i].numel;
+    b.params += sorted[i].numel;
+  }
+  b.numel = round_up(off, kAlign);
+  if (!b.segments.empty()) b.segments.back().end = b.numel;
+  return b;
+}
+
+}  // namespace
+
+// ---- Shapes ----
+
+std::vector<BlockShape> block_shapes(const ModelConfig& cfg) {
+  if (cfg.vocab_size <= 0) user_error("plan: [model] vocab_size must be set (> 0) to plan memory");
+  // C = d_model, D = head dim, H = heads, KV = kv heads, F = d_ff, V = vocabulary (LlamaModel)
+  const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
+  const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
+  std::vector<BlockShape> out;
+  out.push_back(layout("embed", {{v * c, true, ""}}));
+  for (int64_t i = 0; i < cfg.n_layers; ++i) {
+    std::vector<Slot> s = {{c, false, "attn"}, {h * d * c, true, "attn"}, {kv * d * c, true, "attn"},
+                           {kv * d * c, true, "attn"}, {c * h * d, true, "attn"}};
+    if (cfg.qkv_bias) {
+      s.push_back({h * d, false, "attn"});
+      s.push_back({kv * d, false, "attn"});
+      s.push_back({kv * d, false, "attn"});
+    }
+    s.push_back({c, false, "mlp"});
+    s.push_back({f * c, true, "mlp"});
+    s.push_back({f * c, true, "mlp"});
+    s.push_back({c * f, true, "mlp"});
+    out.push_back(layout("layer." + std::to_string(i), s));
+  }
+  std::vector<Slot> head = {{c, false, ""}};
+  if (!cfg.tie_embeddings) head.push_back({v * c, true, ""});
+  out.push_back(layout("head", head));
+  return out;
+}
+
+int64_t count_params(const ModelConfig& cfg) {
+  int64_t n = 0;
+  for (const auto& b : block_shapes(cfg)) n += b.params;
+  return n;
+}
+
+std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cfg) {
+  const std::vector<BlockShape> blocks = block_shapes(model);
+  const int n_blocks = static_cast<int>(blocks.size());
+  const int n_layers = static_cast<int>(model.n_layers);
+  std::vector<UnitShape> units;
+  // Mirrors make_units (runtime/bcd_scheduler.cpp), which needs a built model.
+  if (!cfg.enabled || cfg.blocks == "whole") {
+    UnitShape u{"model", {}, 0, 0, 0};
+    for (int i = 0; i < n_blocks; ++i) u.pieces.push_back({i, ""});
+    units.push_back(u);
+  } else {
+    if (cfg.include_embed) units.push_back({"embed", {{0, ""}}, 0, 0, 0});
+    if (cfg.blocks == "attn_mlp") {
+      for (int l = 0; l < n_layers; ++l)
+        for (const char* part : {"attn", "mlp"})
+          units.push_back({"layer." + std::to_string(l) + "." + part, {{l + 1, part}}, l, 0, 0});
+    } else {
+      const int g = static_cast<int>(cfg.layers_per_block);
+      for (int l = 0; l < n_layers; l += g) {
+        const int end = std::min(n_layers, l + g);
+        UnitShape u;
+        u.name = end - l == 1 ? "layer." + std::to_string(l)
+                              : "layers." + std::to_string(l) + "-" + std::to_string(end - 1);
+        u.first_layer = l;
+        for (int k = l; k < end; ++k) u.pieces.push_back({k + 1, ""});
+        units.push_back(u);
+      }
+    }
+    if (cfg.include_head) units.push_back({"head", {{n_blocks - 1, ""}}, n_layers, 0, 0});
+    if (units.empty()) user_error("config: [bcd] leaves no block to train (include_embed/include_head and layers)");
+  }
+  for (auto& u : units) {
+    for (const auto& [blk, part] : u.pieces) {
+      for (const auto& s : blocks[blk].segments)
+        if (part.empty() || s.part == part) u.state_elems += s.numel();
+      u.grad_elems += blocks[blk].numel;  // the gradient buffer spans the whole block
+    }
+  }
+  return units;
+}
+
+// ---- Activations ----
+
+// Bytes kept for backward while unit u is active, conservative (DESIGN.md §4: layers below
+// the unit run without autograd). B = batch, T = seq_len, C = d_model, F = d_ff, H = heads,
+// V = vocab, w = working dtype bytes, n = layers at or above the unit's first layer.
+//   per layer   A = B*T * (w * (16*C + 4*F) + (2*w + 4) * H*T)
+//                 16*C: norm inputs/outputs (fp32 in RMSNorm), q/k/v, rotary copies, GQA repeats,
+//                 attention output, residuals; 4*F: gate, up, silu(gate), product;
+//                 (2w+4)*H*T: scores (w), fp32 softmax probs (4) and their cast back (w).
+//   logits      B*T*V * (w + 2*4)   working-dtype logits, fp32 log-softmax and its gradient
+//   no checkpointing:   n*A + logits
+//   checkpointing:      n * B*T*C*w (each layer's input) + A (one layer recomputed) + logits
+uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, const UnitShape& u) {
+  const double w = t.dtype == "bf16" ? 2.0 : 4.0;
+  const double bt = static_cast<double>(t.batch_size) * static_cast<double>(t.seq_len);
+  const double c = static_cast<double>(m.d_model), f = static_cast<double>(m.ff_dim());
+  const double h = static_cast<double>(m.n_heads), tt = static_cast<double>(t.seq_len);
+  const double n = static_cast<double>(std::max<int64_t>(0, m.n_layers - u.first_layer));
+  const double layer = bt * (w * (16 * c + 4 * f) + (2 * w + 4) * h * tt);
+  const double logits = bt * static_cast<double>(m.vocab_size) * (w + 8);
+  double total;
+  if (m.activation_checkpointing) total = n * bt * c * w + (n > 0 ? layer : 0.0) + logits;
+  else total = n * layer + logits;
+  return static_cast<uint64_t>(total);
+}
+
+// ---- Budgets ----
+
+uint64_t meminfo_bytes(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) != 0) continue;
+    std::istringstream is(line.substr(key.size() + 1));
+    uint64_t kb = 0;
+    if (is >> kb) return kb * 1024;
+  }
+  user_error("plan: cannot read {} from /proc/meminfo; give the [memory] sizes explicitly", key);
+}
+
+uint64_t TierUsage::total() const {
+  uint64_t t = activations + staging;
+  for (uint64_t b : by_kind) t += b;
+  return t;
+}
+
+uint64_t MemoryPlan::home_bytes(Tier tier, StateKind k) const {
+  uint64_t n = 0;
+  for (const auto& b : blocks) {
+    const StatePlacement& p = b.at(k);
+    if (p.has_home && p.home == tier) n += p.bytes;
+  }
+  return n;
+}
+
+// ---- Planning ----
+
+MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
+                       const MemoryConfig& mem) {
+  MemoryPlan plan;
+  const std::vector<BlockShape> shapes = block_shapes(model);
+  plan.units = unit_shapes(model, bcd);
+  plan.params = count_params(model);
+  const bool single = plan.units.size() == 1;  // the active unit never changes: all on compute
+  const uint64_t w = train.dtype == "bf16" ? 2 : 4;
+  const bool separate_master = train.dtype != "fp32";  // else the working buffer is the master
+  const bool keep_moments = single || bcd.state_on_switch == "keep";
+  auto kind = [](StateKind k) { return static_cast<int>(k); };
+
+  // Elements of each block that some unit trains (its master/m/v), and whether it has a gradient.
+  std::vector<int64_t> trained(shapes.size(), 0);
+  std::vector<std::vector<std::string>> parts(shapes.size());
+  for (const auto& u : plan.units)
+    for (const auto& [blk, part] : u.pieces) parts[blk].push_back(part);
+  for (size_t b = 0; b < shapes.size(); ++b)
+    for (const auto& s : shapes[b].segments)
+      for (const auto& p : parts[b])
+        if (p.empty() || p == s.part) {
+          trained[b] += s.numel();
+          break;
+        }
+
+  // Per-unit bytes of the kinds that need an off-compute home between visits.
+  auto offloaded = [&](int64_t elems) -> uint64_t {
+    if (single) return 0;
+    return static_cast<uint64_t>(elems) * 4 * ((separate_master ? 1 : 0) + (keep_moments ? 2 : 0));
+  };
+
+  // Compute tier: all working weights, the largest unit's master/m/v/grad, activations.
+  uint64_t best = 0;
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    const UnitShape& u = plan.units[i];
+    const uint64_t s = static_cast<uint64_t>(u.state_elems) * 4 * (separate_master ? 3 : 2) +
+                       static_cast<uint64_t>(u.grad_elems) * w;
+    if (i == 0 || s > best) best = s, plan.largest_unit = static_cast<int>(i);
+  }
+  const UnitShape& big = plan.units[plan.largest_unit];
+  for (const auto& s : shapes) plan.compute.by_kind[kind(StateKind::kWorking)] += static_cast<uint64_t>(s.numel) * w;
+  plan.compute.by_kind[kind(StateKind::kMaster)] = separate_master ? static_cast<uint64_t>(big.state_elems) * 4 : 0;
+  plan.compute.by_kind[kind(StateKind::kAdamM)] = static_cast<uint64_t>(big.state_elems) * 4;
+  plan.compute.by_kind[kind(StateKind::kAdamV)] = static_cast<uint64_t>(big.state_elems) * 4;
+  plan.compute.by_kind[kind(StateKind::kGrad)] = static_cast<uint64_t>(big.grad_elems) * w;
+  plan.activations_estimated = mem.activation_bytes.is_auto;
+  uint64_t act = 0;
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    const uint64_t a = estimate_activation_bytes(model, train, plan.units[i]);
+    if (i == 0 || a > act) act = a, plan.deepest_unit = static_cast<int>(i);
+  }
+  plan.compute.activations = mem.activation_bytes.is_auto ? act : mem.activation_bytes.value;
+  plan.compute.budget = mem.compute_bytes.is_auto ? meminfo_bytes("MemTotal") : mem.compute_bytes.value;
+
+  // Pinned staging pool: prefetch_depth units coming in plus one going out.
+  uint64_t unit_off = 0;
+  for (const auto& u : plan.units) unit_off = std::max(unit_off, offloaded(u.state_elems));
+  plan.pinned.staging = static_cast<uint64_t>(mem.prefetch_depth + 1) * unit_off;
+  plan.pinned.budget = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
+
+  // Host: resident copies, first fit by whole block (a block moves as one I/O); the rest on NVMe.
+  const uint64_t host_all = mem.host_bytes.is_auto ? meminfo_bytes("MemAvailable") : mem.host_bytes.value;
+  plan.host.budget = host_all > plan.pinned.budget ? host_all - plan.pinned.budget : 0;
+  plan.nvme.unlimited = true;
+  uint64_t host_used = 0;
+  for (size_t b = 0; b < shapes.size(); ++b) {
+    BlockPlan bp;
+    bp.name = shapes[b].name;
+    bp.params = shapes[b].params;
+    bp.numel = shapes[b].numel;
+    bp.state[kind(StateKind::kWorking)] = {static_cast<uint64_t>(shapes[b].numel) * w, true, Tier::kCompute};
+    const uint64_t st = static_cast<uint64_t>(trained[b]) * 4;
+    if (trained[b] > 0) {
+      bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(shapes[b].numel) * w, single, Tier::kCompute};
+      if (separate_master) bp.state[kind(StateKind::kMaster)] = {st, true, Tier::kCompute};
+      bp.state[kind(StateKind::kAdamM)] = {st, keep_moments, Tier::kCompute};
+      bp.state[kind(StateKind::kAdamV)] = {st, keep_moments, Tier::kCompute};
+    }
+    if (!single) {
+      const uint64_t need = offloaded(trained[b]);
+      const Tier home = need > 0 && host_used + need <= plan.host.budget ? Tier::kPinned : Tier::kNvme;
+      if (need > 0 && home == Tier::kPinned) host_used += need;
+      for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
+        StatePlacement& p = bp.state[kind(k)];
+        if (!p.has_home) continue;
+        p.home = home;
+        (home == Tier::kPinned ? plan.host : plan.nvme).by_kind[kind(k)] += p.bytes;
+      }
+    }
+    plan.blocks.push_back(bp);
+  }
+
+  // ---- Verdict ----
+  std::vector<std::string> why;
+  if (plan.compute.total() > plan.compute.budget) {
+    const uint64_t state = plan.compute.total() - plan.compute.activations -
+                           plan.compute.by_kind[kind(StateKind::kWorking)];
+    why.push_back(fmt::format(
+        "compute tier needs {} (working weights {} + active unit '{}' master/m/v/grad {} + activations {}) "
+        "but memory.compute_bytes is {}",
+        gib(plan.compute.total()), gib(plan.compute.by_kind[kind(StateKind::kWorking)]), big.name, gib(state),
+        gib(plan.compute.activations), gib(plan.compute.budget)));
+  }
+  if (plan.pinned.staging > plan.pinned.budget)
+    why.push_back(fmt::format("pinned staging pool needs {} ({} units of master+moments of {}) but memory.pinned_bytes is {}",
+                              gib(plan.pinned.staging), mem.prefetch_depth + 1, gib(unit_off), gib(plan.pinned.budget)));
+  if (plan.pinned.budget > host_all)
+    why.push_back(fmt::format("memory.pinned_bytes {} exceeds memory.host_bytes {}", gib(plan.pinned.budget), gib(host_all)));
+  if (plan.nvme.total() > 0 && mem.nvme_paths.empty())
+    why.push_back(fmt::format("{} of master/moments do not fit host memory ({} for resident copies: memory.host_bytes "
+                              "minus the pinned pool) and memory.nvme_paths is empty",
+                              gib(plan.nvme.total()), gib(plan.host.budget)));
+  plan.fits = why.empty();
+  for (size_t i = 0; i < why.size(); ++i) plan.why_not += (i ? "; " : "") + why[i];
+  return plan;
+}
+
+// ---- Report ----
+
+std::string format_plan(const MemoryPlan& p) {
+  std::ostringstream os;
+  const auto& big = p.units[p.largest_unit];
+  const auto& deep = p.units[p.deepest_unit];
+  os << fmt::format("model: {:.3f}B parameters in {} blocks; {} BCD unit(s); largest unit '{}' ({:.1f}M params), "
+                    "deepest '{}'\n",
+                    static_cast<double>(p.params) / 1e9, p.blocks.size(), p.units.size(), big.name,
+                    static_cast<double>(big.state_elems) / 1e6, deep.name);
+  auto g = [](uint64_t b) { return fmt::format("{:.2f}", static_cast<double>(b) / kGiB); };
+  os << fmt::format("\n{:<15}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}   (GiB)\n", "tier", "working",
+                    "master", "m", "v", "grad", "activ.", "staging", "total", "budget", "headroom");
+  auto row = [&](const char* name, const TierUsage& t) {
+    os << fmt::format("{:<15}", name);
+    for (uint64_t b : t.by_kind) os << fmt::format("{:>9}", g(b));
+    os << fmt::format("{:>9}{:>9}{:>9}", g(t.activations), g(t.staging), g(t.total()));
+    if (t.unlimited) os << fmt::format("{:>9}{:>9}\n", "-", "-");
+    else os << fmt::format("{:>9}{:>9}\n", g(t.budget),
+                           fmt::format("{:.2f}", static_cast<double>(t.headroom()) / kGiB));
+  };
+  row("compute", p.compute);
+  row("pinned staging", p.pinned);
+  row("host", p.host);
+  row("nvme", p.nvme);
+  os << fmt::format("(compute: all working weights + the largest unit's state + worst-case activations{})\n",
+                    p.activations_estimated ? " (estimated)" : " (memory.activation_bytes)");
+
+  // Blocks: consecutive blocks with the same placement share a line.
+  os << "\nblocks (home of each state between visits; grad exists only while the block is active):\n";
+  auto pattern = [&](const BlockPlan& b) {
+    std::string s;
+    for (int k = 0; k < kNumStateKinds; ++k) {
+      const StatePlacement& pl = b.state[k];
+      if (pl.bytes == 0) continue;
+      std::string where = pl.has_home ? tier_name(pl.home)
+                                      : (k == static_cast<int>(StateKind::kGrad) ? "compute when active" : "none");
+      s += fmt::format("{}{} {} {:.0f} MiB", s.empty() ? "" : ", ", state_kind_name(static_cast<StateKind>(k)),
+                       where, static_cast<double>(pl.bytes) / (1024.0 * 1024.0));
+    }
+    return s;
+  };
+  for (size_t i = 0; i < p.blocks.size();) {
+    size_t j = i + 1;
+    const std::string pat = pattern(p.blocks[i]);
+    while (j < p.blocks.size() && pattern(p.blocks[j]) == pat) ++j;
+    const std::string names = j - i == 1 ? p.blocks[i].name
+                                         : fmt::format("{} .. {} ({})", p.blocks[i].name, p.blocks[j - 1].name, j - i);
+    os << fmt::format("  {:<28} {}\n", names, pat);
+    i = j;
+  }
+  os << "\n" << (p.fits ? std::string("fits") : "does not fit: " + p.why_not) << "\n";
+  return os.str();
+}
+
+}  // namespace bcd

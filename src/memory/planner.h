@@ -1,0 +1,109 @@
+// Memory planner: gives every (block, state kind) a home tier, fastest first, and checks the
+// budgets of [memory] (DESIGN.md §1-§2). Pure byte arithmetic on the model shape: no torch.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory/tier.h"
+#include "runtime/config.h"
+
+namespace bcd {
+
+enum class StateKind { kWorking, kMaster, kAdamM, kAdamV, kGrad };
+constexpr int kNumStateKinds = 5;
+const char* state_kind_name(StateKind k);  // "working", "master", "m", "v", "grad"
+
+// ---- Shapes: the flat-buffer layout of LlamaModel's blocks, without building them ----
+
+// One Segment of a Block (see model/block.h): a run of slots with one part and decay flag.
+struct SegmentShape {
+  std::string part;        // "", "attn", "mlp"
+  bool decay = false;
+  int64_t begin = 0, end = 0;  // elements of the flat buffer, begin aligned to Block::kAlign
+  int64_t numel() const { return end - begin; }
+};
+
+struct BlockShape {
+  std::string name;        // "embed", "layer.i", "head"
+  int64_t params = 0;      // real parameters
+  int64_t numel = 0;       // flat buffer elements, Block::kAlign padding included
+  std::vector<SegmentShape> segments;
+};
+
+// The blocks LlamaModel(cfg) builds, laid out exactly as Block does. cfg.vocab_size must be > 0.
+std::vector<BlockShape> block_shapes(const ModelConfig& cfg);
+int64_t count_params(const ModelConfig& cfg);  // sum of BlockShape::params (no padding)
+
+// A BCD unit as make_units (runtime/bcd_scheduler.h) forms it, in block indices.
+struct UnitShape {
+  std::string name;
+  std::vector<std::pair<int, std::string>> pieces;  // (block, part); part "" = whole block
+  int first_layer = 0;     // lowest decoder layer run with autograd when this unit is active
+  int64_t state_elems = 0; // elements of the unit's segments (master, m and v each)
+  int64_t grad_elems = 0;  // elements of its blocks' gradient buffers (whole blocks)
+};
+std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& bcd);
+
+// ---- The plan ----
+
+struct StatePlacement {
+  uint64_t bytes = 0;
+  bool has_home = false;   // false: the state does not exist outside an active visit (or at all)
+  Tier home = Tier::kCompute;
+};
+
+struct BlockPlan {
+  std::string name;
+  int64_t params = 0, numel = 0;
+  std::array<StatePlacement, kNumStateKinds> state;  // indexed by StateKind
+  const StatePlacement& at(StateKind k) const { return state[static_cast<int>(k)]; }
+};
+
+// Bytes one tier holds, by what they are. budget 0 with unlimited = not checked (NVMe).
+struct TierUsage {
+  std::array<uint64_t, kNumStateKinds> by_kind{};
+  uint64_t activations = 0;
+  uint64_t staging = 0;
+  uint64_t budget = 0;
+  bool unlimited = false;
+  uint64_t total() const;
+  int64_t headroom() const { return static_cast<int64_t>(budget) - static_cast<int64_t>(total()); }
+};
+
+struct MemoryPlan {
+  std::vector<BlockPlan> blocks;
+  std::vector<UnitShape> units;
+  int largest_unit = 0;       // most optimizer-state bytes: the compute tier reserves its size
+  int deepest_unit = 0;       // most activation bytes (the lowest unit: most layers with autograd)
+  bool activations_estimated = true;  // false: [memory] activation_bytes was given
+  int64_t params = 0;         // real parameters of the model
+
+  TierUsage compute;          // working weights + the active unit's state + activations
+  TierUsage pinned;           // staging pool: (prefetch_depth + 1) units of master + moments
+  TierUsage host;             // resident host copies of inactive state (budget host - pinned)
+  TierUsage nvme;             // the rest; needs [memory] nvme_paths
+
+  bool fits = true;
+  std::string why_not;        // when !fits: which tier, what it needs, what it has (GiB)
+
+  // Bytes whose home is `tier` for kind `k`, summed over blocks (kCompute: resident only).
+  uint64_t home_bytes(Tier tier, StateKind k) const;
+};
+
+// Plans a run. model.vocab_size must be resolved (> 0); model.hf_config is not read.
+MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
+                       const MemoryConfig& memory);
+
+// Activation bytes on the compute tier while unit `u` is active (formula in planner.cpp).
+uint64_t estimate_activation_bytes(const ModelConfig& model, const TrainConfig& train, const UnitShape& u);
+
+// The `bcdtrain plan` report: tier table, per-block placements, "fits" / "does not fit: ...".
+std::string format_plan(const MemoryPlan& plan);
+
+// "MemTotal" / "MemAvailable" of /proc/meminfo in bytes; UserError when unreadable.
+uint64_t meminfo_bytes(const std::string& key);
+
+}  // namespace bcd

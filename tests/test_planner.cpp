@@ -1,0 +1,332 @@
+// Memory planner tests: block layouts against real LlamaModel blocks, units against make_units,
+// tier placement rules, budgets and the `bcdtrain plan` command on the shipped configs.
+#include <gtest/gtest.h>
+
+#include "memory/planner.h"
+#include "model/llama.h"
+#include "runtime/bcd_scheduler.h"
+#include "runtime/config.h"
+#include "runtime/error.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+ModelConfig small_shape(int variant) {
+  ModelConfig m;
+  m.vocab_size = 97;
+  m.d_model = 48;
+  m.n_layers = 3;
+  m.n_heads = 6;
+  m.max_seq_len = 32;
+  switch (variant) {
+    case 0: m.n_kv_heads = 2; m.d_ff = 100; break;           // GQA, odd d_ff
+    case 1: m.qkv_bias = true; m.n_kv_heads = 3; break;      // Qwen2 style, default d_ff
+    case 2: m.tie_embeddings = true; m.vocab_size = 50; break;  // tied head
+    default: m.n_kv_heads = 1; m.qkv_bias = true; m.tie_embeddings = true; m.d_ff = 7; break;
+  }
+  return m;
+}
+
+ModelConfig llama2_7b() {
+  ModelConfig m;
+  m.vocab_size = 32000;
+  m.d_model = 4096;
+  m.n_layers = 32;
+  m.n_heads = 32;
+  m.n_kv_heads = 32;
+  m.d_ff = 11008;
+  m.max_seq_len = 4096;
+  return m;
+}
+
+TrainConfig bf16_train(int64_t batch, int64_t seq) {
+  TrainConfig t;
+  t.dtype = "bf16";
+  t.batch_size = batch;
+  t.seq_len = seq;
+  return t;
+}
+
+MemoryConfig budgets(uint64_t compute, uint64_t pinned, uint64_t host, std::vector<std::string> nvme) {
+  MemoryConfig m;
+  m.compute_bytes = {compute, false};
+  m.pinned_bytes = {pinned, false};
+  m.host_bytes = {host, false};
+  m.nvme_paths = std::move(nvme);
+  return m;
+}
+
+// ---- Shapes ----
+
+class PlannerShape : public ::testing::TestWithParam<int> {};
+
+TEST_P(PlannerShape, BlockLayoutsMatchLlamaModel) {
+  const ModelConfig cfg = small_shape(GetParam());
+  LlamaModel model(cfg);
+  const std::vector<BlockShape> shapes = block_shapes(cfg);
+  ASSERT_EQ(static_cast<int>(shapes.size()), model.n_blocks());
+  int64_t params = 0;
+  for (int b = 0; b < model.n_blocks(); ++b) {
+    const Block& blk = model.block(b);
+    SCOPED_TRACE("variant " + std::to_string(GetParam()) + " block " + blk.name());
+    EXPECT_EQ(shapes[b].name, blk.name());
+    EXPECT_EQ(shapes[b].numel, blk.numel());
+    int64_t real = 0;
+    for (const auto& s : blk.slots()) real += s.numel;
+    EXPECT_EQ(shapes[b].params, real);
+    ASSERT_EQ(shapes[b].segments.size(), blk.segments().size());
+    for (size_t s = 0; s < blk.segments().size(); ++s) {
+      EXPECT_EQ(shapes[b].segments[s].begin, blk.segments()[s].begin);
+      EXPECT_EQ(shapes[b].segments[s].end, blk.segments()[s].end);
+      EXPECT_EQ(shapes[b].segments[s].part, blk.segments()[s].part);
+      EXPECT_EQ(shapes[b].segments[s].decay, blk.segments()[s].decay);
+    }
+    params += real;
+  }
+  EXPECT_EQ(count_params(cfg), model.num_params());
+  EXPECT_EQ(count_params(cfg), params);
+}
+
+TEST_P(PlannerShape, UnitsMatchMakeUnits) {
+  const ModelConfig cfg = small_shape(GetParam());
+  LlamaModel model(cfg);
+  for (const char* blocks : {"layer", "attn_mlp", "whole"}) {
+    for (int64_t lpb : {1, 2}) {
+      for (bool enabled : {true, false}) {
+        BcdConfig b;
+        b.enabled = enabled;
+        b.blocks = blocks;
+        b.layers_per_block = std::string(blocks) == "attn_mlp" ? 1 : lpb;
+        b.include_embed = lpb == 1;
+        SCOPED_TRACE(std::string(blocks) + " lpb " + std::to_string(lpb) + (enabled ? " on" : " off"));
+        const auto ref = make_units(model, b);
+        const auto got = unit_shapes(cfg, b);
+        ASSERT_EQ(got.size(), ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          EXPECT_EQ(got[i].name, ref[i].name);
+          ASSERT_EQ(got[i].pieces.size(), ref[i].pieces.size());
+          for (size_t p = 0; p < ref[i].pieces.size(); ++p) {
+            EXPECT_EQ(got[i].pieces[p].first, ref[i].pieces[p].block);
+            EXPECT_EQ(got[i].pieces[p].second, ref[i].pieces[p].part);
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, PlannerShape, ::testing::Values(0, 1, 2, 3));
+
+TEST(Planner, Llama2_7bParameterCount) {
+  EXPECT_EQ(count_params(llama2_7b()), 6738415616);
+  int64_t padded = 0;
+  for (const auto& b : block_shapes(llama2_7b())) padded += b.numel;
+  EXPECT_GE(padded, 6738415616);
+  EXPECT_LT(padded, 6738415616 + 34 * 4 * 16);
+}
+
+TEST(Planner, RequiresVocabSize) {
+  ModelConfig m = llama2_7b();
+  m.vocab_size = 0;
+  EXPECT_THROW(block_shapes(m), UserError);
+}
+
+// ---- Placement and budgets ----
+
+TEST(Planner, FullAdamW7bDoesNotFit24GiB) {
+  ModelConfig m = llama2_7b();
+  m.activation_checkpointing = true;
+  BcdConfig b;
+  b.enabled = false;
+  const MemoryPlan p = plan_memory(m, b, bf16_train(1, 2048), budgets(24 * kGiB, 0, 64 * kGiB, {}));
+  // working 2 + master 4 + m 4 + v 4 + grad 2 bytes per parameter, all on the GPU
+  const double per_param = static_cast<double>(p.compute.total() - p.compute.activations) / static_cast<double>(p.params);
+  EXPECT_NEAR(per_param, 16.0, 0.01);
+  EXPECT_EQ(p.pinned.staging, 0u);
+  EXPECT_EQ(p.host.total(), 0u);
+  EXPECT_FALSE(p.fits);
+  EXPECT_NE(p.why_not.find("compute tier needs"), std::string::npos) << p.why_not;
+  EXPECT_NE(p.why_not.find("memory.compute_bytes is 24.00 GiB"), std::string::npos) << p.why_not;
+  EXPECT_NE(p.why_not.find(fmt::format("{:.2f} GiB", static_cast<double>(p.compute.total()) / kGiB)), std::string::npos);
+}
+
+TEST(Planner, BcdPlacesActiveUnitOnCompute) {
+  ModelConfig m = llama2_7b();
+  m.activation_checkpointing = true;
+  BcdConfig b;
+  b.enabled = true;
+  const MemoryPlan p = plan_memory(m, b, bf16_train(1, 2048), budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"}));
+  ASSERT_TRUE(p.fits) << p.why_not;
+  ASSERT_EQ(p.units.size(), 34u);
+  EXPECT_EQ(p.units[p.largest_unit].name, "layer.0");
+  EXPECT_EQ(p.units[p.deepest_unit].name, "embed");
+  const int64_t layer = 202383360;  // 4*4096^2 + 3*4096*11008 + 2*4096, a multiple of 16
+  EXPECT_EQ(p.compute.by_kind[static_cast<int>(StateKind::kAdamM)], static_cast<uint64_t>(layer) * 4);
+  EXPECT_EQ(p.compute.by_kind[static_cast<int>(StateKind::kGrad)], static_cast<uint64_t>(layer) * 2);
+  EXPECT_EQ(p.pinned.staging, 2u * 12 * layer);
+  // every byte of inactive master/m/v has exactly one home: host or NVMe
+  uint64_t state = 0;
+  for (const auto& blk : p.blocks) {
+    EXPECT_EQ(blk.at(StateKind::kWorking).home, Tier::kCompute);
+    EXPECT_FALSE(blk.at(StateKind::kGrad).has_home);
+    for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
+      EXPECT_TRUE(blk.at(k).has_home);
+      EXPECT_NE(blk.at(k).home, Tier::kCompute);
+      state += blk.at(k).bytes;
+    }
+  }
+  EXPECT_EQ(p.host.total() + p.nvme.total(), state);
+  EXPECT_LE(p.host.total(), p.host.budget);
+  EXPECT_EQ(p.host.total(), p.home_bytes(Tier::kPinned, StateKind::kMaster) * 3);
+  EXPECT_GT(p.nvme.total(), 0u);
+}
+
+TEST(Planner, ResetNeedsNoHomeForMoments) {
+  ModelConfig m = llama2_7b();
+  m.activation_checkpointing = true;
+  BcdConfig b;
+  b.enabled = true;
+  b.state_on_switch = "reset";
+  // 30 GiB of host for resident copies: all 25.1 GiB of masters fit, so nothing goes to NVMe
+  const MemoryPlan p = plan_memory(m, b, bf16_train(1, 2048), budgets(24 * kGiB, 4 * kGiB, 34 * kGiB, {}));
+  ASSERT_TRUE(p.fits) << p.why_not;
+  EXPECT_EQ(p.nvme.total(), 0u);
+  EXPECT_EQ(p.host.by_kind[static_cast<int>(StateKind::kAdamM)], 0u);
+  EXPECT_EQ(p.host.by_kind[static_cast<int>(StateKind::kAdamV)], 0u);
+  // Llama-2-7B's segments are all multiples of Block::kAlign: padded size = parameters
+  EXPECT_EQ(p.host.by_kind[static_cast<int>(StateKind::kMaster)], static_cast<uint64_t>(p.params) * 4);
+  for (const auto& blk : p.blocks) {
+    EXPECT_FALSE(blk.at(StateKind::kAdamM).has_home) << blk.name;
+    EXPECT_FALSE(blk.at(StateKind::kAdamV).has_home) << blk.name;
+    EXPECT_EQ(blk.at(StateKind::kMaster).home, Tier::kPinned) << blk.name;
+  }
+  // the active unit still has its moments on the GPU; the staging pool moves masters only
+  EXPECT_GT(p.compute.by_kind[static_cast<int>(StateKind::kAdamM)], 0u);
+  EXPECT_EQ(p.pinned.staging, uint64_t{2} * 4 * 202383360);
+}
+
+TEST(Planner, NvmeNeededWithoutPathsIsRefused) {
+  ModelConfig m = llama2_7b();
+  m.activation_checkpointing = true;
+  BcdConfig b;
+  b.enabled = true;
+  const MemoryPlan p = plan_memory(m, b, bf16_train(1, 2048), budgets(24 * kGiB, 6 * kGiB, 16 * kGiB, {}));
+  EXPECT_FALSE(p.fits);
+  EXPECT_NE(p.why_not.find("memory.nvme_paths"), std::string::npos) << p.why_not;
+}
+
+TEST(Planner, StagingPoolMustFitPinnedBytes) {
+  BcdConfig b;
+  b.enabled = true;
+  MemoryConfig mem = budgets(24 * kGiB, 1 * kGiB, 64 * kGiB, {"/nvme"});
+  mem.prefetch_depth = 2;
+  const MemoryPlan p = plan_memory(llama2_7b(), b, bf16_train(1, 512), mem);
+  EXPECT_FALSE(p.fits);
+  EXPECT_NE(p.why_not.find("memory.pinned_bytes"), std::string::npos) << p.why_not;
+  EXPECT_EQ(p.pinned.staging, uint64_t{3} * 12 * 202383360);
+}
+
+TEST(Planner, ActivationEstimateGrowsWithDepthAndShrinksWithCheckpointing) {
+  ModelConfig m = llama2_7b();
+  BcdConfig bcd;
+  bcd.enabled = true;
+  const TrainConfig t = bf16_train(1, 2048);
+  const auto units = unit_shapes(m, bcd);
+  const uint64_t embed = estimate_activation_bytes(m, t, units.front());
+  const uint64_t head = estimate_activation_bytes(m, t, units.back());
+  EXPECT_GT(embed, head);
+  EXPECT_EQ(head, static_cast<uint64_t>(2048.0 * 32000 * 10));  // logits only
+  m.activation_checkpointing = true;
+  EXPECT_LT(estimate_activation_bytes(m, t, units.front()), embed / 8);
+  // an explicit activation_bytes replaces the estimate
+  MemoryConfig mem = budgets(24 * kGiB, 0, 64 * kGiB, {"/x"});
+  mem.activation_bytes = {123, false};
+  mem.pinned_bytes = {};
+  EXPECT_EQ(plan_memory(m, bcd, t, mem).compute.activations, 123u);
+}
+
+TEST(Planner, LowramConfigKeepsMastersAndMomentsOnNvme) {
+  Config cfg = load_config(test::source_path("configs/llama2-7b-lowram.toml"), {});
+  const MemoryPlan p = plan_memory(cfg.model, cfg.bcd, cfg.train, cfg.memory);
+  ASSERT_TRUE(p.fits) << p.why_not;
+  for (const auto& blk : p.blocks)
+    for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
+      EXPECT_TRUE(blk.at(k).has_home) << blk.name;
+      EXPECT_EQ(blk.at(k).home, Tier::kNvme) << blk.name << " " << state_kind_name(k);
+    }
+  EXPECT_EQ(p.host.total(), 0u);
+  EXPECT_EQ(p.nvme.total(), static_cast<uint64_t>(p.params) * 12);  // layer blocks need no padding
+}
+
+// ---- Config and CLI ----
+
+TEST(PlannerConfig, SizesParseAndRoundTrip) {
+  Config cfg = load_config("", {"--memory.compute_bytes=\"24GiB\"", "--memory.pinned_bytes=1000",
+                                "--memory.host_bytes=\"1.5GB\""});
+  EXPECT_EQ(cfg.memory.compute_bytes.value, 24 * kGiB);
+  EXPECT_FALSE(cfg.memory.compute_bytes.is_auto);
+  EXPECT_EQ(cfg.memory.pinned_bytes.value, 1000u);
+  EXPECT_EQ(cfg.memory.host_bytes.value, 1500000000u);
+  EXPECT_TRUE(cfg.memory.activation_bytes.is_auto);
+  const std::string toml = config_to_toml(cfg);
+  EXPECT_NE(toml.find("compute_bytes = '24GiB'"), std::string::npos) << toml;
+  Config back;
+  apply_config_text(back, toml, "dump");
+  EXPECT_EQ(back.memory.compute_bytes.value, 24 * kGiB);
+  EXPECT_EQ(back.memory.host_bytes.value, 1500000000u);
+  EXPECT_TRUE(back.memory.activation_bytes.is_auto);
+}
+
+TEST(PlannerCli, ShippedConfigsFit) {
+  for (const char* c : {"configs/llama2-7b-1x4090.toml", "configs/llama3-8b-4x4090.toml",
+                        "configs/llama2-7b-lowram.toml"}) {
+    const auto r = test::run_bcdtrain("plan --config " + test::source_path(c));
+    EXPECT_EQ(r.exit_code, 0) << c << "\n" << r.output;
+    EXPECT_NE(r.output.find("\nfits\n"), std::string::npos) << c << "\n" << r.output;
+    EXPECT_NE(r.output.find("pinned staging"), std::string::npos) << r.output;
+  }
+}
+
+TEST(PlannerCli, SmallGpuIsRefusedNamingCompute) {
+  const auto r = test::run_bcdtrain("plan --config " + test::source_path("configs/llama2-7b-1x4090.toml") +
+                                    " --memory.compute_bytes=12GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("does not fit: compute tier needs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory.compute_bytes is 12.00 GiB"), std::string::npos) << r.output;
+}
+
+TEST(PlannerCli, MissingNvmePathsIsRefused) {
+  const auto r = test::run_bcdtrain("plan --config " + test::source_path("configs/llama2-7b-lowram.toml") +
+                                    " '--memory.nvme_paths=[]'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("memory.nvme_paths"), std::string::npos) << r.output;
+}
+
+TEST(PlannerCli, BadSizesNameTheKey) {
+  test::TempDir dir;
+  test::write_text(dir.file("m.toml"), "[model]\nvocab_size = 100\n[memory]\nhost_bytes = \"12 bananas\"\n");
+  auto r = test::run_bcdtrain("plan --config " + dir.file("m.toml"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("[memory] host_bytes: expected a size like \"24GiB\" or \"auto\", got \"12 bananas\""),
+            std::string::npos)
+      << r.output;
+  test::write_text(dir.file("ok.toml"), "[model]\nvocab_size = 100\n");
+  r = test::run_bcdtrain("plan --config " + dir.file("ok.toml") + " --memory.compute_bytes=-5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("[memory] compute_bytes: expected a size"), std::string::npos) << r.output;
+  r = test::run_bcdtrain("plan --config " + dir.file("ok.toml") + " --memory.host_bytes=true");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("[memory] host_bytes"), std::string::npos) << r.output;
+}
+
+TEST(PlannerCli, NeedsVocabSize) {
+  const auto r = test::run_bcdtrain("plan --model.n_layers=2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("vocab_size"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace bcd
