@@ -20,8 +20,12 @@ double lr_at(const TrainConfig& t, int64_t step) {
 double clip_grad_norm(LlamaModel& model, double max_norm) {
   torch::NoGradGuard ng;
   double sq = 0;
+  // fp32 accumulation per block (no temporary copy of the gradient), blocks summed in double
   for (Block& b : model.blocks())
-    if (b.grad().defined()) sq += b.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    if (b.grad().defined()) {
+      const double n = at::norm(b.grad(), 2, {0}, false, torch::kFloat32).item<double>();
+      sq += n * n;
+    }
   const double norm = std::sqrt(sq);
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
