@@ -13,6 +13,7 @@ PACKAGES=(
   libsentencepiece-dev              # tokenizer (loaded at run time, see src/io/tokenizer.cpp)
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev           # libFuzzer build of the safetensors parser (scripts/fuzz.sh)
   fio                               # reference for `bcdtrain iobench` (scripts/bench_io.sh)
   fortunes                          # demo corpus: /usr/share/games/fortunes
 )

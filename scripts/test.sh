@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The whole suite also fuzzes the safetensors parser for a bounded run (clang, build-fuzz/, ~15 s);
+# a ctest selection (arguments) skips it.
+if [[ $# -eq 0 ]]; then
+  scripts/fuzz.sh
+fi
 cd build
 # Tests that need a GPU are labelled `gpu`; without one they skip with the reason.
 ctest --output-on-failure --timeout 1200 "$@"
