@@ -12,6 +12,8 @@ usage() {
   echo "        bcd-step      BCD step time over a block-epoch vs full AdamW (12 layers)" >&2
   echo "        convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens" >&2
   echo "        io            fio vs bcdtrain iobench (io_uring and thread engines)" >&2
+  echo "        staging       BCD step time with master + moments on NVMe vs in host memory" >&2
+  echo "        memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
@@ -24,6 +26,8 @@ case "$name" in
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
   io) target=bcdtrain; program="" ;;
+  staging) target=bench_staging; program=tests/bench_staging ;;
+  memory) target=bench_memory; program=tests/bench_memory ;;
   *) echo "scripts/bench.sh: unknown benchmark '$name'" >&2; usage ;;
 esac
 

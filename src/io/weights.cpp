@@ -14,6 +14,7 @@ namespace bcd {
 
 namespace {
 constexpr const char* kFormat = "bcdtrain-weights";
+constexpr const char* kCheckpointFormat = "bcdtrain-checkpoint";  // same /blocks and config, more state
 constexpr int kVersion = 1;
 
 void write_str_attr(H5::H5Object& obj, const char* name, const std::string& value) {
@@ -41,8 +42,9 @@ H5::H5File open_checked(const std::string& path) {
   if (!std::filesystem::exists(path)) user_error("{}: weights file not found", path);
   try {
     H5::H5File f(path, H5F_ACC_RDONLY);
-    if (!f.attrExists("format") || read_str_attr(f, "format") != kFormat)
-      user_error("{}: not a bcdtrain weights file (format attribute missing)", path);
+    const std::string format = f.attrExists("format") ? read_str_attr(f, "format") : "";
+    if (format != kFormat && format != kCheckpointFormat)
+      user_error("{}: not a bcdtrain weights file or checkpoint (format attribute missing)", path);
     return f;
   } catch (const H5::Exception& e) {
     user_error("{}: cannot read weights file ({})", path, e.getDetailMsg());
@@ -50,7 +52,8 @@ H5::H5File open_checked(const std::string& path) {
 }
 }  // namespace
 
-void save_weights(const LlamaModel& model, const std::string& path, const std::string& config_toml) {
+void save_weights(const LlamaModel& model, const std::string& path, const std::string& config_toml,
+                  const std::vector<std::pair<std::string, std::string>>& extra_attrs) {
   H5::Exception::dontPrint();
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   try {
@@ -59,6 +62,7 @@ void save_weights(const LlamaModel& model, const std::string& path, const std::s
     H5::Attribute va = f.createAttribute("version", H5::PredType::NATIVE_INT, H5::DataSpace(H5S_SCALAR));
     va.write(H5::PredType::NATIVE_INT, &kVersion);
     write_str_attr(f, "config", config_toml);
+    for (const auto& [name, value] : extra_attrs) write_str_attr(f, name.c_str(), value);
     H5::Group g = f.createGroup("/blocks");
     for (int i = 0; i < model.n_blocks(); ++i) {
       const Block& b = model.block(i);
@@ -86,6 +90,16 @@ std::string read_weights_config(const std::string& path) {
     return read_str_attr(f, "config");
   } catch (const H5::Exception& e) {
     user_error("{}: no config attribute ({})", path, e.getDetailMsg());
+  }
+}
+
+std::string read_weights_attr(const std::string& path, const std::string& name) {
+  H5::Exception::dontPrint();
+  H5::H5File f = open_checked(path);
+  try {
+    return f.attrExists(name) ? read_str_attr(f, name.c_str()) : "";
+  } catch (const H5::Exception& e) {
+    user_error("{}: cannot read attribute {} ({})", path, name, e.getDetailMsg());
   }
 }
 

@@ -11,17 +11,6 @@
 
 namespace bcd {
 
-const char* state_kind_name(StateKind k) {
-  switch (k) {
-    case StateKind::kWorking: return "working";
-    case StateKind::kMaster: return "master";
-    case StateKind::kAdamM: return "m";
-    case StateKind::kAdamV: return "v";
-    case StateKind::kGrad: return "grad";
-  }
-  return "?";
-}
-
 namespace {
 
 // Block::kAlign, repeated here so that this file needs no torch header; test_planner checks
@@ -213,39 +202,29 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   const bool keep_moments = single || bcd.state_on_switch == "keep";
   auto kind = [](StateKind k) { return static_cast<int>(k); };
 
-  // Elements of each block that some unit trains (its master/m/v), and whether it has a gradient.
-  std::vector<int64_t> trained(shapes.size(), 0);
-  std::vector<std::vector<std::string>> parts(shapes.size());
-  for (const auto& u : plan.units)
-    for (const auto& [blk, part] : u.pieces) parts[blk].push_back(part);
-  for (size_t b = 0; b < shapes.size(); ++b)
-    for (const auto& s : shapes[b].segments)
-      for (const auto& p : parts[b])
-        if (p.empty() || p == s.part) {
-          trained[b] += s.numel();
-          break;
-        }
-
   // Per-unit bytes of the kinds that need an off-compute home between visits.
   auto offloaded = [&](int64_t elems) -> uint64_t {
     if (single) return 0;
     return static_cast<uint64_t>(elems) * 4 * ((separate_master ? 1 : 0) + (keep_moments ? 2 : 0));
   };
 
-  // Compute tier: all working weights, the largest unit's master/m/v/grad, activations.
-  uint64_t best = 0;
+  // Compute tier: all working weights; room for the largest unit's master/m/v (one flat image)
+  // and for the largest unit's gradient buffers; activations of the deepest unit.
+  uint64_t best = 0, max_state = 0, max_grad = 0;
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const UnitShape& u = plan.units[i];
     const uint64_t s = static_cast<uint64_t>(u.state_elems) * 4 * (separate_master ? 3 : 2) +
                        static_cast<uint64_t>(u.grad_elems) * w;
     if (i == 0 || s > best) best = s, plan.largest_unit = static_cast<int>(i);
+    max_state = std::max(max_state, static_cast<uint64_t>(u.state_elems) * 4);
+    max_grad = std::max(max_grad, static_cast<uint64_t>(u.grad_elems) * w);
   }
   const UnitShape& big = plan.units[plan.largest_unit];
   for (const auto& s : shapes) plan.compute.by_kind[kind(StateKind::kWorking)] += static_cast<uint64_t>(s.numel) * w;
-  plan.compute.by_kind[kind(StateKind::kMaster)] = separate_master ? static_cast<uint64_t>(big.state_elems) * 4 : 0;
-  plan.compute.by_kind[kind(StateKind::kAdamM)] = static_cast<uint64_t>(big.state_elems) * 4;
-  plan.compute.by_kind[kind(StateKind::kAdamV)] = static_cast<uint64_t>(big.state_elems) * 4;
-  plan.compute.by_kind[kind(StateKind::kGrad)] = static_cast<uint64_t>(big.grad_elems) * w;
+  plan.compute.by_kind[kind(StateKind::kMaster)] = separate_master ? max_state : 0;
+  plan.compute.by_kind[kind(StateKind::kAdamM)] = max_state;
+  plan.compute.by_kind[kind(StateKind::kAdamV)] = max_state;
+  plan.compute.by_kind[kind(StateKind::kGrad)] = max_grad;
   plan.activations_estimated = mem.activation_bytes.is_auto;
   uint64_t act = 0;
   for (size_t i = 0; i < plan.units.size(); ++i) {
@@ -255,17 +234,45 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   plan.compute.activations = mem.activation_bytes.is_auto ? act : mem.activation_bytes.value;
   plan.compute.budget = mem.compute_bytes.is_auto ? meminfo_bytes("MemTotal") : mem.compute_bytes.value;
 
-  // Pinned staging pool: prefetch_depth units coming in plus one going out.
+  // Pinned staging pool: prefetch_depth slabs coming in plus one going out, each the largest
+  // unit's image rounded up to 4 KiB (slabs are O_DIRECT buffers).
   uint64_t unit_off = 0;
   for (const auto& u : plan.units) unit_off = std::max(unit_off, offloaded(u.state_elems));
-  plan.pinned.staging = static_cast<uint64_t>(mem.prefetch_depth + 1) * unit_off;
+  unit_off = (unit_off + 4095) / 4096 * 4096;
+  plan.pinned.staging = unit_off > 0 ? static_cast<uint64_t>(mem.prefetch_depth + 1) * unit_off : 0;
   plan.pinned.budget = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
 
-  // Host: resident copies, first fit by whole block (a block moves as one I/O); the rest on NVMe.
+  // Homes: first fit by unit in host memory (a unit moves as one I/O), the rest on NVMe;
+  // memory.home = "host" or "nvme" places every unit there.
   const uint64_t host_all = mem.host_bytes.is_auto ? meminfo_bytes("MemAvailable") : mem.host_bytes.value;
   plan.host.budget = host_all > plan.pinned.budget ? host_all - plan.pinned.budget : 0;
   plan.nvme.unlimited = true;
   uint64_t host_used = 0;
+  std::vector<int> block_unit(shapes.size(), -1);  // a unit training (part of) each block
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    const UnitShape& u = plan.units[i];
+    const uint64_t need = offloaded(u.state_elems);
+    Tier home = Tier::kPinned;
+    if (mem.home == "nvme") home = Tier::kNvme;
+    else if (mem.home == "auto" && host_used + need > plan.host.budget) home = Tier::kNvme;
+    if (need > 0 && home == Tier::kPinned) host_used += need;
+    plan.unit_home.push_back(home);
+    const uint64_t st = static_cast<uint64_t>(u.state_elems) * 4;
+    TierUsage& t = home == Tier::kPinned ? plan.host : plan.nvme;
+    if (!single) {
+      if (separate_master) t.by_kind[kind(StateKind::kMaster)] += st;
+      if (keep_moments) t.by_kind[kind(StateKind::kAdamM)] += st, t.by_kind[kind(StateKind::kAdamV)] += st;
+    }
+    for (const auto& piece : u.pieces) block_unit[piece.first] = static_cast<int>(i);
+  }
+
+  // Per block: the same placements, for the report (a block split into attn/mlp units shows the
+  // home of its last unit; the tier totals above are exact either way).
+  std::vector<int64_t> trained(shapes.size(), 0);
+  for (const auto& u : plan.units)
+    for (const auto& [blk, part] : u.pieces)
+      for (const auto& s : shapes[blk].segments)
+        if (part.empty() || s.part == part) trained[blk] += s.numel();
   for (size_t b = 0; b < shapes.size(); ++b) {
     BlockPlan bp;
     bp.name = shapes[b].name;
@@ -274,21 +281,11 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     bp.state[kind(StateKind::kWorking)] = {static_cast<uint64_t>(shapes[b].numel) * w, true, Tier::kCompute};
     const uint64_t st = static_cast<uint64_t>(trained[b]) * 4;
     if (trained[b] > 0) {
+      const Tier home = single ? Tier::kCompute : plan.unit_home[block_unit[b]];
       bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(shapes[b].numel) * w, single, Tier::kCompute};
-      if (separate_master) bp.state[kind(StateKind::kMaster)] = {st, true, Tier::kCompute};
-      bp.state[kind(StateKind::kAdamM)] = {st, keep_moments, Tier::kCompute};
-      bp.state[kind(StateKind::kAdamV)] = {st, keep_moments, Tier::kCompute};
-    }
-    if (!single) {
-      const uint64_t need = offloaded(trained[b]);
-      const Tier home = need > 0 && host_used + need <= plan.host.budget ? Tier::kPinned : Tier::kNvme;
-      if (need > 0 && home == Tier::kPinned) host_used += need;
-      for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV}) {
-        StatePlacement& p = bp.state[kind(k)];
-        if (!p.has_home) continue;
-        p.home = home;
-        (home == Tier::kPinned ? plan.host : plan.nvme).by_kind[kind(k)] += p.bytes;
-      }
+      if (separate_master) bp.state[kind(StateKind::kMaster)] = {st, true, home};
+      bp.state[kind(StateKind::kAdamM)] = {st, keep_moments, home};
+      bp.state[kind(StateKind::kAdamV)] = {st, keep_moments, home};
     }
     plan.blocks.push_back(bp);
   }
@@ -309,6 +306,10 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
                               gib(plan.pinned.staging), mem.prefetch_depth + 1, gib(unit_off), gib(plan.pinned.budget)));
   if (plan.pinned.budget > host_all)
     why.push_back(fmt::format("memory.pinned_bytes {} exceeds memory.host_bytes {}", gib(plan.pinned.budget), gib(host_all)));
+  if (mem.home == "host" && plan.host.total() > plan.host.budget)
+    why.push_back(fmt::format("memory.home = \"host\": master/moments need {} of host memory but {} is left for "
+                              "resident copies (memory.host_bytes minus the pinned pool)",
+                              gib(plan.host.total()), gib(plan.host.budget)));
   if (plan.nvme.total() > 0 && mem.nvme_paths.empty())
     why.push_back(fmt::format("{} of master/moments do not fit host memory ({} for resident copies: memory.host_bytes "
                               "minus the pinned pool) and memory.nvme_paths is empty",

@@ -12,10 +12,6 @@
 
 namespace bcd {
 
-enum class StateKind { kWorking, kMaster, kAdamM, kAdamV, kGrad };
-constexpr int kNumStateKinds = 5;
-const char* state_kind_name(StateKind k);  // "working", "master", "m", "v", "grad"
-
 // ---- Shapes: the flat-buffer layout of LlamaModel's blocks, without building them ----
 
 // One Segment of a Block (see model/block.h): a run of slots with one part and decay flag.
@@ -76,6 +72,7 @@ struct TierUsage {
 struct MemoryPlan {
   std::vector<BlockPlan> blocks;
   std::vector<UnitShape> units;
+  std::vector<Tier> unit_home;  // per unit: home of its master/moments between visits (host or NVMe)
   int largest_unit = 0;       // most optimizer-state bytes: the compute tier reserves its size
   int deepest_unit = 0;       // most activation bytes (the lowest unit: most layers with autograd)
   bool activations_estimated = true;  // false: [memory] activation_bytes was given

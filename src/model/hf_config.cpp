@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "io/weights.h"
 #include "runtime/error.h"
 
 namespace bcd {
@@ -61,7 +62,12 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
   m.rope_theta = get_or<double>(j, path, "rope_theta", 10000.0);
   m.norm_eps = get_or<double>(j, path, "rms_norm_eps", 1e-6);
   m.tie_embeddings = get_or<bool>(j, path, "tie_word_embeddings", false);
-  m.qkv_bias = type == "qwen2" ? true : get_or<bool>(j, path, "attention_bias", false);
+  // Qwen2 has q/k/v biases; Llama's attention_bias also adds one on o_proj, which we lack.
+  m.qkv_bias = type == "qwen2";
+  if (type != "qwen2" && get_or<bool>(j, path, "attention_bias", false))
+    user_error("{}: attention_bias = true (biases on q, k, v and o_proj) is not supported (expected false)", path);
+  if (get_or<bool>(j, path, "mlp_bias", false))
+    user_error("{}: mlp_bias = true is not supported (expected false)", path);
   if (j.contains("head_dim") && !j["head_dim"].is_null() &&
       get_key<int64_t>(j, path, "head_dim") != m.d_model / std::max<int64_t>(m.n_heads, 1))
     user_error("{}: head_dim != hidden_size / num_attention_heads is not supported", path);
@@ -85,9 +91,35 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
   return m;
 }
 
+ModelConfig model_config_from_weights(const std::string& path, const ModelConfig& base) {
+  Config stored;
+  apply_config_text(stored, read_weights_config(path), path);
+  const ModelConfig& f = stored.model;
+  ModelConfig m = base;
+  m.vocab_size = f.vocab_size;
+  m.d_model = f.d_model;
+  m.n_layers = f.n_layers;
+  m.n_heads = f.n_heads;
+  m.n_kv_heads = f.n_kv_heads;
+  m.d_ff = f.d_ff;
+  m.max_seq_len = f.max_seq_len;
+  m.rope_theta = f.rope_theta;
+  m.norm_eps = f.norm_eps;
+  m.qkv_bias = f.qkv_bias;
+  m.tie_embeddings = f.tie_embeddings;
+  return m;
+}
+
+std::string hf_init_dir(const std::string& init_from) {
+  return init_from.rfind("hf:", 0) == 0 ? init_from.substr(3) : "";
+}
+
 ModelConfig resolve_model_config(const ModelConfig& cfg) {
-  if (cfg.hf_config.empty()) return cfg;
-  return model_config_from_hf(cfg.hf_config, cfg);
+  if (!cfg.hf_config.empty()) return model_config_from_hf(cfg.hf_config, cfg);
+  const std::string dir = hf_init_dir(cfg.init_from);
+  if (!dir.empty()) return model_config_from_hf(dir + "/config.json", cfg);
+  if (!cfg.init_from.empty()) return model_config_from_weights(cfg.init_from, cfg);
+  return cfg;
 }
 
 }  // namespace bcd

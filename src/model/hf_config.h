@@ -13,7 +13,15 @@ namespace bcd {
 // shorter than max_seq_len).
 ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& base);
 
-// Resolves [model] hf_config when set (relative to the working directory).
+// The shape fields stored in a bcdtrain weights file or checkpoint, onto `base`.
+ModelConfig model_config_from_weights(const std::string& path, const ModelConfig& base);
+
+// DIR of init_from = "hf:DIR"; "" for any other value.
+std::string hf_init_dir(const std::string& init_from);
+
+// The model's shape, from the first that is set (paths relative to the working directory):
+// [model] hf_config; DIR/config.json when init_from = "hf:DIR"; the config stored in an
+// init_from .h5 file; else the [model] fields as given.
 ModelConfig resolve_model_config(const ModelConfig& cfg);
 
 }  // namespace bcd

@@ -1,5 +1,8 @@
-// Per-unit AdamW: state bookkeeping around the fused kernel (kernels/adamw.h).
+// Per-unit AdamW: state bookkeeping around the fused kernel (kernels/adamw.h) and the stager.
 #include "runtime/block_optimizer.h"
+
+#include <algorithm>
+#include <cstring>
 
 #include "kernels/adamw.h"
 #include "runtime/error.h"
@@ -7,113 +10,235 @@
 namespace bcd {
 
 BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const OptimConfig& cfg,
-                       bool keep_state)
-    : model_(model), units_(std::move(units)), cfg_(cfg), keep_state_(keep_state) {
+                       bool keep_state, StateStorage storage)
+    : model_(model), units_(std::move(units)), cfg_(cfg), keep_state_(keep_state), acct_(storage.accounting) {
   const auto dtype = model.block(0).data().scalar_type();
   BCD_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16, "working dtype must be fp32 or bf16");
+  BCD_CHECK(storage.unit_home.empty() || storage.unit_home.size() == units_.size(), "unit_home: {} homes for {} units",
+            storage.unit_home.size(), units_.size());
   separate_master_ = dtype != torch::kFloat32;
   model_.set_trainable(false);
-  for (int b = 0; b < model_.n_blocks(); ++b) {
-    const Block& blk = model_.block(b);
-    for (int s = 0; s < static_cast<int>(blk.segments().size()); ++s) {
-      SegmentState& st = state_[{b, s}];
-      if (separate_master_) {
+
+  // Each unit's segments, back to back.
+  int64_t largest = 0;
+  for (const TrainUnit& tu : units_) {
+    UnitLayout u;
+    for (const UnitPiece& p : tu.pieces) {
+      const Block& blk = model_.block(p.block);
+      for (int s = 0; s < static_cast<int>(blk.segments().size()); ++s) {
         const Segment& seg = blk.segments()[s];
-        st.master = blk.data().narrow(0, seg.begin, seg.numel()).to(torch::kFloat32).contiguous();
+        if (!p.part.empty() && seg.part != p.part) continue;
+        u.segs.push_back({p.block, s, u.elems, seg.numel()});
+        u.elems += seg.numel();
       }
+      if (std::find(u.blocks.begin(), u.blocks.end(), p.block) == u.blocks.end()) u.blocks.push_back(p.block);
+    }
+    largest = std::max(largest, u.elems);
+    layout_.push_back(std::move(u));
+  }
+  steps_.assign(units_.size(), 0);
+  has_moments_.assign(units_.size(), false);
+
+  // The compute image: room for the largest unit.
+  const uint64_t region = static_cast<uint64_t>(largest) * 4;
+  if (separate_master_) image_charges_.emplace_back(acct_, Pool::kCompute, static_cast<int>(StateKind::kMaster), region);
+  image_charges_.emplace_back(acct_, Pool::kCompute, static_cast<int>(StateKind::kAdamM), region);
+  image_charges_.emplace_back(acct_, Pool::kCompute, static_cast<int>(StateKind::kAdamV), region);
+  image_ = torch::zeros({largest * (separate_master_ ? 3 : 2)}, torch::kFloat32);
+
+  // Homes of what outlives a visit. With a single unit nothing ever leaves the compute tier.
+  std::vector<StagedUnit> staged(units_.size());
+  for (size_t i = 0; i < units_.size(); ++i) {
+    staged[i].name = units_[i].name;
+    staged[i].home = storage.unit_home.empty() ? Tier::kPinned : storage.unit_home[i];
+    if (units_.size() == 1) continue;
+    const uint64_t b = static_cast<uint64_t>(layout_[i].elems) * 4;
+    if (separate_master_) staged[i].kind_bytes[static_cast<int>(StateKind::kMaster)] = b;
+    if (keep_state_) {
+      staged[i].kind_bytes[static_cast<int>(StateKind::kAdamM)] = b;
+      staged[i].kind_bytes[static_cast<int>(StateKind::kAdamV)] = b;
     }
   }
+  stager_ = std::make_unique<Stager>(std::move(staged), storage.stager, acct_);
 }
 
-std::vector<std::pair<int, int>> BlockAdamW::unit_segments(int unit) const {
-  std::vector<std::pair<int, int>> out;
-  for (const UnitPiece& p : units_.at(unit).pieces) {
-    const Block& blk = model_.block(p.block);
-    for (int s = 0; s < static_cast<int>(blk.segments().size()); ++s)
-      if (p.part.empty() || blk.segments()[s].part == p.part) out.emplace_back(p.block, s);
-  }
-  return out;
+BlockAdamW::~BlockAdamW() = default;
+
+uint64_t BlockAdamW::moved_bytes(int64_t s) const {
+  if (units_.size() == 1) return 0;
+  return static_cast<uint64_t>(s) * 4 * ((separate_master_ ? 1 : 0) + (keep_state_ ? 2 : 0));
+}
+
+void BlockAdamW::fill_fresh(int unit, bool master) {
+  const UnitLayout& u = layout_[unit];
+  torch::NoGradGuard ng;
+  if (master && separate_master_)
+    for (const SegRef& r : u.segs) {
+      const Segment& seg = model_.block(r.block).segments()[r.segment];
+      image_.narrow(0, master_at(u.elems) + r.offset, r.numel)
+          .copy_(model_.block(r.block).data().narrow(0, seg.begin, seg.numel()));
+    }
+  image_.narrow(0, m_at(u.elems), 2 * u.elems).zero_();
 }
 
 void BlockAdamW::activate(int unit) {
   BCD_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "unit {}", unit);
-  if (active_ >= 0) {
-    for (const UnitPiece& p : units_[active_].pieces) model_.block(p.block).set_trainable(false);
-    if (!keep_state_)
-      for (auto bs : unit_segments(active_)) {
-        SegmentState& st = state_.at(bs);
-        st.m = torch::Tensor(), st.v = torch::Tensor(), st.step = 0;
-      }
+  const int prev = active_;
+  if (prev >= 0) {
+    for (const UnitPiece& p : units_[prev].pieces) model_.block(p.block).set_trainable(false);
+    grad_charge_.reset();
+    if (!keep_state_) steps_[prev] = 0, has_moments_[prev] = false;
+  }
+  if (prev != unit) {
+    // The previous unit's image goes home; this unit's comes in (or starts fresh).
+    const bool loaded = stager_->swap(prev, unit, image_.data_ptr<float>());
+    if (!loaded) fill_fresh(unit, /*master=*/true);
+  }
+  if (!keep_state_ || !has_moments_[unit]) {  // moments start at zero
+    image_.narrow(0, m_at(layout_[unit].elems), 2 * layout_[unit].elems).zero_();
+    steps_[unit] = 0;
   }
   active_ = unit;
+  has_moments_[unit] = true;
+  uint64_t grad = 0;
+  for (int b : layout_[unit].blocks) grad += static_cast<uint64_t>(model_.block(b).data().nbytes());
+  grad_charge_ = Charge(acct_, Pool::kCompute, static_cast<int>(StateKind::kGrad), grad);
   for (const UnitPiece& p : units_[unit].pieces) model_.block(p.block).set_trainable(true, p.part);
-  for (auto bs : unit_segments(unit)) {
-    SegmentState& st = state_.at(bs);
-    if (!st.m.defined()) {
-      const int64_t n = model_.block(bs.first).segments()[bs.second].numel();
-      st.m = torch::zeros({n}, torch::kFloat32);
-      st.v = torch::zeros({n}, torch::kFloat32);
-      st.step = 0;
-    }
-  }
+}
+
+void BlockAdamW::prefetch(const std::vector<int>& next_units) {
+  for (int u : next_units) stager_->prefetch(u);
 }
 
 void BlockAdamW::step(double lr) {
   BCD_CHECK(active_ >= 0, "BlockAdamW::step before activate");
   torch::NoGradGuard ng;
-  for (auto bs : unit_segments(active_)) {
-    Block& blk = model_.block(bs.first);
-    const Segment& seg = blk.segments()[bs.second];
-    SegmentState& st = state_.at(bs);
+  const UnitLayout& u = layout_[active_];
+  steps_[active_] += 1;
+  float* image = image_.data_ptr<float>();
+  for (const SegRef& r : u.segs) {
+    Block& blk = model_.block(r.block);
+    const Segment& seg = blk.segments()[r.segment];
     BCD_CHECK(blk.grad().defined(), "block {} has no gradient", blk.name());
-    st.step += 1;
     AdamWHyper h;
     h.lr = static_cast<float>(lr);
     h.beta1 = static_cast<float>(cfg_.beta1);
     h.beta2 = static_cast<float>(cfg_.beta2);
     h.eps = static_cast<float>(cfg_.eps);
     h.weight_decay = seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    h.step = st.step;
-    const int64_t n = seg.numel();
-    float* m = st.m.data_ptr<float>();
-    float* v = st.v.data_ptr<float>();
+    h.step = steps_[active_];
+    float* m = image + m_at(u.elems) + r.offset;
+    float* v = image + v_at(u.elems) + r.offset;
     if (!separate_master_) {
       float* master = blk.data().data_ptr<float>() + seg.begin;
       const float* grad = blk.grad().data_ptr<float>() + seg.begin;
-      adamw_step_cpu(master, grad, m, v, n, h, nullptr);
+      adamw_step_cpu(master, grad, m, v, r.numel, h, nullptr);
     } else {
       auto* work = reinterpret_cast<uint16_t*>(blk.data().data_ptr<at::BFloat16>()) + seg.begin;
       const auto* grad = reinterpret_cast<const uint16_t*>(blk.grad().data_ptr<at::BFloat16>()) + seg.begin;
-      adamw_step_cpu_bf16grad(st.master.data_ptr<float>(), grad, m, v, n, h, work);
+      adamw_step_cpu_bf16grad(image + master_at(u.elems) + r.offset, grad, m, v, r.numel, h, work);
     }
   }
 }
 
+int64_t BlockAdamW::unit_moment_bytes(int unit) const {
+  return has_moments_.at(unit) ? layout_[unit].elems * 8 : 0;
+}
+
 int64_t BlockAdamW::moment_bytes() const {
   int64_t n = 0;
-  for (const auto& kv : state_)
-    if (kv.second.m.defined()) n += kv.second.m.nbytes() + kv.second.v.nbytes();
+  for (size_t u = 0; u < units_.size(); ++u) n += unit_moment_bytes(static_cast<int>(u));
   return n;
 }
 
 int64_t BlockAdamW::state_bytes() const {
   int64_t n = moment_bytes();
-  for (const auto& kv : state_)
-    if (kv.second.master.defined()) n += kv.second.master.nbytes();
+  if (separate_master_)
+    for (const UnitLayout& u : layout_) n += u.elems * 4;
   return n;
 }
 
-int64_t BlockAdamW::unit_moment_bytes(int unit) const {
-  int64_t n = 0;
-  for (auto bs : unit_segments(unit)) {
-    const SegmentState& st = state_.at(bs);
-    if (st.m.defined()) n += st.m.nbytes() + st.v.nbytes();
+std::vector<float> BlockAdamW::unit_state(int unit, int64_t* steps) {
+  const UnitLayout& u = layout_.at(unit);
+  *steps = steps_[unit];
+  if (unit == active_) {
+    const int64_t n = u.elems * (separate_master_ ? 3 : 2);
+    const float* p = image_.data_ptr<float>();
+    return std::vector<float>(p, p + n);
   }
-  return n;
+  const uint64_t moved = moved_bytes(u.elems);
+  if (moved == 0 || !stager_->has_data(unit)) return {};
+  std::vector<float> out(moved / 4);
+  stager_->get(unit, out.data());
+  return out;
 }
 
-const SegmentState& BlockAdamW::segment_state(int block, int segment) const {
-  return state_.at({block, segment});
+void BlockAdamW::restore_unit_state(int unit, const std::vector<float>& image, int64_t steps,
+                                    const std::string& where) {
+  const UnitLayout& u = layout_.at(unit);
+  if (unit == active_) {
+    const int64_t n = u.elems * (separate_master_ ? 3 : 2);
+    if (static_cast<int64_t>(image.size()) != n)
+      user_error("{}: active unit {} has {} state elements, the model needs {}", where, units_[unit].name,
+                 image.size(), n);
+    std::memcpy(image_.data_ptr<float>(), image.data(), n * sizeof(float));
+    steps_[unit] = steps;
+    has_moments_[unit] = true;
+    return;
+  }
+  BCD_CHECK(active_ < 0, "inactive units are restored before activate()");
+  if (image.empty()) return;
+  const uint64_t moved = moved_bytes(u.elems);
+  if (image.size() * 4 != moved)
+    user_error("{}: unit {} has {} state elements, the model needs {}", where, units_[unit].name, image.size(),
+               moved / 4);
+  stager_->put(unit, image.data());
+  steps_[unit] = steps;
+  has_moments_[unit] = keep_state_;
+}
+
+SegmentState BlockAdamW::view_of(const UnitLayout& u, const SegRef& r, const float* image) {
+  auto region = [&](int64_t at) {
+    return torch::from_blob(const_cast<float*>(image) + at + r.offset, {r.numel}, torch::kFloat32);
+  };
+  SegmentState st;
+  if (separate_master_) st.master = region(master_at(u.elems));
+  st.m = region(m_at(u.elems));
+  st.v = region(v_at(u.elems));
+  return st;
+}
+
+SegmentState BlockAdamW::segment_state(int block, int segment) {
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    const UnitLayout& u = layout_[ui];
+    for (const SegRef& r : u.segs) {
+      if (r.block != block || r.segment != segment) continue;
+      const int unit = static_cast<int>(ui);
+      if (unit == active_) {
+        SegmentState st = view_of(u, r, image_.data_ptr<float>());
+        st.step = steps_[unit];
+        return st;
+      }
+      // Inactive: a copy of what its home holds (fresh state when it holds nothing yet).
+      torch::Tensor img = torch::zeros({u.elems * (separate_master_ ? 3 : 2)}, torch::kFloat32);
+      const uint64_t moved = moved_bytes(u.elems);
+      std::vector<char> buf(moved);
+      const bool loaded = moved > 0 && stager_->get(unit, buf.data());
+      if (loaded) std::memcpy(img.data_ptr<float>(), buf.data(), moved);
+      SegmentState st = view_of(u, r, img.data_ptr<float>());
+      if (separate_master_) {
+        st.master = st.master.clone();
+        if (!loaded) {
+          const Segment& seg = model_.block(block).segments()[segment];
+          st.master.copy_(model_.block(block).data().narrow(0, seg.begin, seg.numel()));
+        }
+      }
+      if (has_moments_[unit]) st.m = st.m.clone(), st.v = st.v.clone(), st.step = steps_[unit];
+      else st.m = torch::Tensor(), st.v = torch::Tensor();
+      return st;
+    }
+  }
+  BCD_CHECK(false, "block {} segment {} belongs to no unit", block, segment);
 }
 
 }  // namespace bcd

@@ -1,14 +1,21 @@
 // AdamW over BCD units: fp32 master and Adam moments per block segment, one fused kernel pass
 // per segment, state kept between visits (`keep`) or dropped on switch (`reset`, as BAdam).
-// Where inactive state lives is the memory manager's business; here it is host memory.
+//
+// Only the active unit's state is in the compute tier, in one flat fp32 "image":
+//   [master (bf16 runs only) | m | v], each region the unit's segments back to back.
+// The image's prefix that outlives the visit (master and moments with keep; the master alone
+// with reset) is what the stager (memory/stager.h) moves to and from the unit's home tier.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
+#include "memory/accounting.h"
+#include "memory/stager.h"
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
 #include "runtime/config.h"
@@ -18,44 +25,97 @@ namespace bcd {
 // State of one block segment (see Block::segments()).
 struct SegmentState {
   torch::Tensor master;  // fp32; undefined when the working buffer is fp32 (it is the master)
-  torch::Tensor m, v;    // fp32 Adam moments; undefined until first trained (or after a reset)
+  torch::Tensor m, v;    // fp32 Adam moments; undefined when the segment holds none now
   int64_t step = 0;      // updates applied with these moments (bias correction)
+};
+
+// Where inactive state lives. The default: resident host copies, no budgets.
+struct StateStorage {
+  MemoryAccounting* accounting = nullptr;  // charged for compute state, homes and slabs
+  std::vector<Tier> unit_home;             // per unit: Tier::kPinned (host) or Tier::kNvme; empty = host
+  StagerOptions stager;
 };
 
 class BlockAdamW {
  public:
   // `keep_state`: moments persist between visits; otherwise they are dropped on switch.
-  BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const OptimConfig& cfg, bool keep_state);
+  BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const OptimConfig& cfg, bool keep_state,
+             StateStorage storage = {});
+  ~BlockAdamW();
 
-  // Starts a visit of `unit`: freezes the previous unit (frees its gradients; drops its moments
-  // with reset), makes `unit` trainable and creates its moments if absent. Call at every switch,
-  // also when a new visit is of the same unit.
+  // Starts a visit of `unit`: freezes the previous unit (frees its gradients; its state goes
+  // home, moments dropped with reset), brings `unit`'s state into the compute tier and makes it
+  // trainable. Call at every switch, also when a new visit is of the same unit.
   void activate(int unit);
   int active() const { return active_; }
   const std::vector<TrainUnit>& units() const { return units_; }
+
+  // Look-ahead: start moving these units' state toward the compute tier (the stager's prefetch).
+  // Cheap to call every step; a prefetch that had to wait for a free slab starts then.
+  void prefetch(const std::vector<int>& next_units);
 
   // One fused AdamW update of the active unit from its gradient buffers; with bf16 working
   // weights the updated master is written back into the working buffer in the same pass.
   void step(double lr);
 
-  // Bytes of optimizer state held now: moments (+ fp32 masters when they are separate copies).
+  // Bytes of optimizer state held now, wherever it lives: moments (+ fp32 masters when they are
+  // separate copies of the working weights).
   int64_t state_bytes() const;
   int64_t moment_bytes() const;
-  int64_t unit_moment_bytes(int unit) const;  // 8 bytes/param of the unit's segments when present
+  int64_t unit_moment_bytes(int unit) const;  // 8 bytes/param of the unit's segments when held
 
-  // Segment state by (block index, segment index); for tests and checkpoints.
-  const SegmentState& segment_state(int block, int segment) const;
+  // Segment state by (block index, segment index): views into the compute image for the active
+  // unit, copies read from the home tier otherwise; for tests and checkpoints.
+  SegmentState segment_state(int block, int segment);
+
+  // ---- Checkpoints ----
+  // A unit's state as a checkpoint keeps it: the whole compute image ([master] m v) of the
+  // active unit; for an inactive one what its home holds (master and/or moments: whatever
+  // outlives a visit), empty when nothing does yet. `steps`: updates applied with its moments.
+  std::vector<float> unit_state(int unit, int64_t* steps);
+  // Restores unit_state()'s output. Inactive units first, before activate(); the active unit
+  // right after activate(unit). UserError when the image has the wrong size for the unit.
+  void restore_unit_state(int unit, const std::vector<float>& image, int64_t steps, const std::string& where);
+  int64_t unit_elems(int unit) const { return layout_.at(unit).elems; }
+
+  // Waits for write-backs in flight (surfacing their errors).
+  void flush() { stager_->flush(); }
+  const StagerStats& staging() const { return stager_->stats(); }
+  const Stager& stager() const { return *stager_; }
 
  private:
-  std::vector<std::pair<int, int>> unit_segments(int unit) const;  // (block, segment) pairs
+  struct SegRef {
+    int block, segment;
+    int64_t offset, numel;  // in the unit's regions (elements)
+  };
+  struct UnitLayout {
+    std::vector<SegRef> segs;
+    int64_t elems = 0;      // S: master, m and v each hold S elements
+    std::vector<int> blocks;  // storage blocks whose gradient buffers the unit needs
+  };
+  // Element offsets of the image's regions for a unit of S elements.
+  int64_t master_at(int64_t) const { return 0; }
+  int64_t m_at(int64_t s) const { return separate_master_ ? s : 0; }
+  int64_t v_at(int64_t s) const { return m_at(s) + s; }
+  uint64_t moved_bytes(int64_t s) const;  // the image prefix that outlives a visit
+
+  void fill_fresh(int unit, bool master);  // master from the working weights, moments zero
+  SegmentState view_of(const UnitLayout& u, const SegRef& r, const float* image);
 
   LlamaModel& model_;
   std::vector<TrainUnit> units_;
+  std::vector<UnitLayout> layout_;
   OptimConfig cfg_;
   bool keep_state_;
   bool separate_master_;
   int active_ = -1;
-  std::map<std::pair<int, int>, SegmentState> state_;
+  std::vector<int64_t> steps_;       // per unit: updates applied with its moments
+  std::vector<bool> has_moments_;    // per unit
+  MemoryAccounting* acct_;
+  torch::Tensor image_;              // compute tier: the active unit's state
+  std::vector<Charge> image_charges_;
+  Charge grad_charge_;               // the active unit's gradient buffers
+  std::unique_ptr<Stager> stager_;
 };
 
 }  // namespace bcd

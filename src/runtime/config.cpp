@@ -193,14 +193,20 @@ void apply_config_text(Config& cfg, const std::string& text, const std::string& 
 }
 
 Config load_config(const std::string& file, const std::vector<std::string>& overrides) {
-  Config cfg;
+  std::string text;
   if (!file.empty()) {
     std::ifstream in(file);
     if (!in) user_error("{}: cannot open config file", file);
     std::stringstream ss;
     ss << in.rdbuf();
-    apply_config_text(cfg, ss.str(), file);
+    text = ss.str();
   }
+  return load_config_text(text, file, overrides);
+}
+
+Config load_config_text(const std::string& text, const std::string& source, const std::vector<std::string>& overrides) {
+  Config cfg;
+  if (!text.empty()) apply_config_text(cfg, text, source);
   for (std::string o : overrides) {
     const std::string flag = o;
     if (o.rfind("--", 0) == 0) o = o.substr(2);
@@ -234,7 +240,15 @@ void validate_config(const Config& c) {
     if (v <= 0) user_error("config: [{}] {} must be positive, got {}", section, key, v);
   };
   const ModelConfig& m = c.model;
-  if (m.hf_config.empty()) {
+  // With hf_config or init_from the shape comes from a file, checked when it is read.
+  const bool shape_from_file = !m.hf_config.empty() || !m.init_from.empty();
+  if (!m.init_from.empty()) {
+    const bool hf = m.init_from.rfind("hf:", 0) == 0;
+    const bool h5 = m.init_from.size() > 3 && m.init_from.compare(m.init_from.size() - 3, 3, ".h5") == 0;
+    if ((hf && m.init_from.size() == 3) || (!hf && !h5))
+      user_error("config: [model] init_from: expected \"hf:DIR\" or a path ending in .h5, got \"{}\"", m.init_from);
+  }
+  if (!shape_from_file) {
     positive("model", "d_model", m.d_model);
     positive("model", "n_layers", m.n_layers);
     positive("model", "n_heads", m.n_heads);
@@ -254,6 +268,8 @@ void validate_config(const Config& c) {
   }
   const TrainConfig& t = c.train;
   positive("train", "steps", t.steps);
+  if (t.checkpoint_every < 0) user_error("config: [train] checkpoint_every must be >= 0");
+  if (t.keep_checkpoints < 0) user_error("config: [train] keep_checkpoints must be >= 0");
   positive("train", "batch_size", t.batch_size);
   positive("train", "seq_len", t.seq_len);
   positive("train", "grad_accum", t.grad_accum);
@@ -269,7 +285,7 @@ void validate_config(const Config& c) {
   if (t.run_dir.empty()) user_error("config: [train] run_dir must not be empty");
   if (t.dtype != "fp32" && t.dtype != "bf16")
     user_error("config: [train] dtype: expected \"fp32\" or \"bf16\", got \"{}\"", t.dtype);
-  if (m.hf_config.empty() && t.seq_len > m.max_seq_len)
+  if (!shape_from_file && t.seq_len > m.max_seq_len)
     user_error("config: [train] seq_len ({}) exceeds [model] max_seq_len ({})", t.seq_len, m.max_seq_len);
   const OptimConfig& o = c.optim;
   if (o.impl != "torch" && o.impl != "fused")
@@ -295,6 +311,8 @@ void validate_config(const Config& c) {
   if (o.weight_decay < 0) user_error("config: [optim] weight_decay must be >= 0");
   const MemoryConfig& mem = c.memory;
   positive("memory", "prefetch_depth", mem.prefetch_depth);
+  if (mem.home != "auto" && mem.home != "host" && mem.home != "nvme")
+    user_error("config: [memory] home: expected auto, host or nvme, got \"{}\"", mem.home);
   for (const auto& p : mem.nvme_paths)
     if (p.empty()) user_error("config: [memory] nvme_paths: an entry is empty");
   const SampleConfig& s = c.sample;

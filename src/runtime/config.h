@@ -17,6 +17,7 @@ struct Bytes {
 
 struct ModelConfig {
   std::string hf_config;          // HF config.json to take the shape from (llama, mistral, qwen2)
+  std::string init_from;          // initial weights: "" (random), "hf:DIR" or a bcdtrain .h5 file
   int64_t vocab_size = 0;         // 0: the dataset tokenizer's vocabulary size
   int64_t d_model = 256;          // hidden size (HF: hidden_size)
   int64_t n_layers = 4;           // decoder layers (HF: num_hidden_layers)
@@ -34,6 +35,7 @@ struct ModelConfig {
   template <class V>
   void visit(V& v) {
     v("hf_config", hf_config, "HF config.json to take the shape from (llama, mistral, qwen2); fills the fields below");
+    v("init_from", init_from, "initial weights: \"\" = random (init_std); \"hf:DIR\" = a Hugging Face model directory (config.json + safetensors); or a bcdtrain .h5 weights file or checkpoint. The file also gives the shape, unless hf_config is set");
     v("vocab_size", vocab_size, "vocabulary size; 0 = the dataset tokenizer's");
     v("d_model", d_model, "hidden size (HF hidden_size)");
     v("n_layers", n_layers, "decoder layers (HF num_hidden_layers)");
@@ -68,6 +70,8 @@ struct TrainConfig {
   int64_t val_batches = 8;        // validation micro-batches per evaluation
   int64_t log_every = 1;          // metrics/progress every N steps
   int64_t threads = 0;            // CPU threads for compute; 0 = all cores
+  int64_t checkpoint_every = 0;   // checkpoint every N steps (and on SIGINT/SIGTERM); 0 = only on signals
+  int64_t keep_checkpoints = 3;   // newest checkpoints kept; 0 = all
   std::string dtype = "fp32";     // working weights dtype
 
   template <class V>
@@ -86,6 +90,8 @@ struct TrainConfig {
     v("val_batches", val_batches, "validation micro-batches per evaluation");
     v("log_every", log_every, "progress line and metrics.jsonl record every N steps");
     v("threads", threads, "CPU compute threads; 0 = all cores");
+    v("checkpoint_every", checkpoint_every, "write <run_dir>/checkpoints/step-N.h5 every N steps (always on SIGINT/SIGTERM); 0 = only on those signals");
+    v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run_dir>/checkpoints; 0 = all");
     v("dtype", dtype, "working weights dtype: fp32, or bf16 (with an fp32 master copy per block)");
   }
 };
@@ -168,6 +174,7 @@ struct MemoryConfig {
   Bytes host_bytes;               // all host RAM for model state (the pinned pool included)
   std::vector<std::string> nvme_paths;  // directories of the NVMe tier, striped
   int64_t prefetch_depth = 1;     // units of look-ahead the pinned pool holds
+  std::string home = "auto";      // where inactive master/moments live: auto, host, nvme
   Bytes activation_bytes;         // activation memory on the compute device; auto = estimate
 
   template <class V>
@@ -177,6 +184,7 @@ struct MemoryConfig {
     v("host_bytes", host_bytes, "host RAM for model state, pinned pool included (\"auto\": MemAvailable)");
     v("nvme_paths", nvme_paths, "directories of the NVMe tier (state that does not fit host_bytes is striped over them)");
     v("prefetch_depth", prefetch_depth, "units of look-ahead the pinned staging pool must hold");
+    v("home", home, "home of inactive master weights and moments: auto (host memory first, the rest on NVMe), host, nvme");
     v("activation_bytes", activation_bytes, "activation memory on the compute device (\"auto\": the planner's estimate)");
   }
 };
@@ -206,6 +214,8 @@ struct Config {
 // (with or without a leading "--"). Values are parsed as TOML, falling back to a string.
 // Relative paths inside the file stay relative to the working directory.
 Config load_config(const std::string& file, const std::vector<std::string>& overrides);
+// The same from TOML text already read (e.g. the config stored in a checkpoint).
+Config load_config_text(const std::string& text, const std::string& source, const std::vector<std::string>& overrides);
 
 // Applies TOML text onto cfg; `source` names the file or flag in errors.
 void apply_config_text(Config& cfg, const std::string& toml_text, const std::string& source);

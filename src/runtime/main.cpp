@@ -1,4 +1,5 @@
-// bcdtrain command line: subcommands train, prepare, generate, eval, config, plan, iobench.
+// bcdtrain command line: subcommands train, prepare, generate, eval, config, plan, iobench,
+// import and export (Hugging Face safetensors).
 // Bad input anywhere becomes one line on stderr and exit code 2.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -11,12 +12,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/bytes.h"
+#include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/iobench.h"
 #include "io/tokenizer.h"
 #include "io/weights.h"
 #include "memory/planner.h"
 #include "model/hf_config.h"
+#include "model/hf_export.h"
+#include "model/hf_import.h"
+#include "model/hf_weights.h"
 #include "model/llama.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
@@ -75,6 +81,10 @@ int run(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model: --config FILE [--section.key=value ...]");
   train->add_option("--config", config_file, "TOML config file")->check(CLI::ExistingFile);
   train->add_flag("--quiet", quiet, "no progress output");
+  std::string resume;
+  train->add_option("--resume", resume,
+                    "continue exactly from a checkpoint: a run directory (its newest checkpoint) or a checkpoint file; "
+                    "the config stored in it applies, with --section.key=value overrides on top");
 
   // config
   bool reference = false;
@@ -141,6 +151,20 @@ int run(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   iobench->add_flag("--buffered", io_buffered, "go through the page cache instead of O_DIRECT");
 
+  // import / export (Hugging Face)
+  std::string hf_dir, import_out;
+  auto* import_cmd = app.add_subcommand("import", "convert a Hugging Face model directory (config.json + safetensors) into a weights file");
+  import_cmd->add_option("--hf", hf_dir, "HF model directory (llama, mistral, qwen2)")->required();
+  import_cmd->add_option("--out", import_out, "weights file to write (e.g. runs/llama/model.h5)")->required();
+  HfExportOptions xopt;
+  std::string shard_size = "5GB";
+  auto* export_cmd = app.add_subcommand("export", "write a weights file or checkpoint as a Hugging Face model directory");
+  export_cmd->add_option("--checkpoint", xopt.checkpoint, "weights file or checkpoint (.h5), e.g. RUN_DIR/model.h5")->required();
+  export_cmd->add_option("--hf", xopt.out_dir, "output directory (created; an existing one must be empty or a previous export)")
+      ->required();
+  export_cmd->add_option("--dtype", xopt.dtype, "bf16, fp16 or fp32 (default: the dtype it was imported in, else bf16)");
+  export_cmd->add_option("--shard-size", shard_size, "largest safetensors file before sharding (units: 5GB, 2GiB)");
+
   if (!rest.empty() && rest[0][0] != '-') {
     std::string names;
     bool known = false;
@@ -162,8 +186,19 @@ int run(int argc, char** argv) {
     user_error("config overrides ({}) are only accepted by train, config and plan", overrides.front());
 
   if (train->parsed()) {
+    if (!resume.empty()) {
+      if (!config_file.empty())
+        user_error("train: --resume takes the config stored in the checkpoint; change it with --section.key=value, not --config");
+      const std::string ckpt = resolve_checkpoint(resume);
+      Config cfg = load_config_text(CheckpointReader(ckpt).attr_str("/", "config"), ckpt, overrides);
+      // Resuming a run directory continues in it, wherever it has moved.
+      if (std::filesystem::is_directory(resume)) cfg.train.run_dir = resume;
+      const TrainSummary s = run_training(cfg, quiet, ckpt);
+      return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0;
+    }
     if (config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");
-    run_training(load_config(config_file, overrides), quiet);
+    const TrainSummary s = run_training(load_config(config_file, overrides), quiet);
+    return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0;
   } else if (config->parsed()) {
     if (reference) {
       fmt::print("{}", config_reference());
@@ -204,6 +239,22 @@ int run(int argc, char** argv) {
     iopt.engine = parse_engine_kind(io_engine);
     iopt.direct = !io_buffered;
     return run_iobench(iopt);
+  } else if (import_cmd->parsed()) {
+    const HfImportSummary s = import_hf_to_file(hf_dir, import_out);
+    fmt::print("imported {} ({}, {} parameters, {}, {} safetensors file{}) into {}\n", hf_dir, s.model_type, s.n_params,
+               s.info.dtype, s.info.files.size(), s.info.files.size() == 1 ? "" : "s", import_out);
+    if (s.tokenizer.empty())
+      fmt::print("no tokenizer.model in {}: give `prepare` a sentencepiece tokenizer that matches the model\n", hf_dir);
+    else
+      fmt::print("copied tokenizer.model to {}\n", s.tokenizer);
+  } else if (export_cmd->parsed()) {
+    xopt.shard_bytes = parse_bytes(shard_size);
+    if (xopt.shard_bytes == 0) user_error("--shard-size: expected a positive size, got \"{}\"", shard_size);
+    if (!xopt.dtype.empty()) parse_short_dtype(xopt.dtype, "--dtype");
+    const HfExportReport r = export_hf(xopt);
+    fmt::print("exported {} as {} ({}, {:.3f} GB of tensors) to {}:\n", xopt.checkpoint, r.model_type, r.dtype,
+               static_cast<double>(r.tensor_bytes) / 1e9, xopt.out_dir);
+    for (const auto& f : r.files) fmt::print("  {}\n", f);
   } else if (eval->parsed()) {
     Config cfg = config_from_run(run_dir);
     LlamaModel model = load_run_model(run_dir, cfg);

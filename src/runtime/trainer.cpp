@@ -3,16 +3,24 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
+
+#include "io/checkpoint.h"
 
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/tokenizer.h"
 #include "io/weights.h"
+#include "memory/accounting.h"
+#include "memory/planner.h"
 #include "model/hf_config.h"
+#include "model/hf_import.h"
 #include "model/llama.h"
 #include "runtime/error.h"
 #include "runtime/metrics.h"
@@ -46,7 +54,64 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) user_error("{}: cannot write", path);
 }
 
+// SIGINT / SIGTERM: finish the step, checkpoint, stop. The handler puts the default action
+// back, so a second signal ends the process at once.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  std::signal(sig, SIG_DFL);
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    old_int_ = std::signal(SIGINT, on_stop_signal);
+    old_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, old_int_);
+    std::signal(SIGTERM, old_term_);
+  }
+  int fired() const { return g_stop_signal.load(); }
+
+ private:
+  void (*old_int_)(int);
+  void (*old_term_)(int);
+};
+
+// Keeps the records of metrics.jsonl before `first_step` (a resumed run rewrites what follows).
+void truncate_metrics(const std::string& path, int64_t first_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() >= first_step) break;
+    } catch (const std::exception&) {
+      break;  // a torn last line of a killed run
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  write_file(path + ".tmp", kept);
+  fs::rename(path + ".tmp", path);
+}
+
+std::string unit_group(const TrainUnit& u) { return "/rank0/optimizer/" + u.name; }
+
 }  // namespace
+
+uint64_t process_memory_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(k, 0) == 0) return std::stoull(line.substr(k.size())) * 1024;  // "VmHWM:  1234 kB"
+  return 0;
+}
 
 void configure_threads(int64_t threads) {
   const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -65,7 +130,7 @@ double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_
   return sum / static_cast<double>(n);
 }
 
-TrainSummary run_training(Config cfg, bool quiet) {
+TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from) {
   const TrainConfig& tc = cfg.train;
   configure_threads(tc.threads);
   auto say = [&](const std::string& line) {
@@ -89,11 +154,25 @@ TrainSummary run_training(Config cfg, bool quiet) {
   if (tc.seq_len > mc.max_seq_len)
     user_error("config: [train] seq_len ({}) exceeds the model's max_seq_len ({})", tc.seq_len, mc.max_seq_len);
   cfg.model = mc;
+  const BcdConfig& bc = cfg.bcd;
+
+  // ---- Memory plan: refused before anything is allocated when it does not fit ----
+  const MemoryPlan plan = plan_memory(mc, bc, tc, cfg.memory);
+  if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
+  MemoryAccounting acct;
+  acct.set_budget(Pool::kCompute, plan.compute.budget);
+  acct.set_budget(Pool::kPinned, plan.pinned.budget);
+  acct.set_budget(Pool::kHost, plan.host.budget);
+  Charge activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations);
+
   LlamaModel model(mc, tc.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32);
+  uint64_t working_bytes = 0;
+  for (const Block& b : model.blocks()) working_bytes += static_cast<uint64_t>(b.data().nbytes());
+  Charge working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes);
   model.init_weights(static_cast<uint64_t>(tc.seed));
+  if (resume_from.empty()) load_initial_weights(model, mc.init_from);  // [model] init_from (HF or .h5)
 
   // ---- BCD schedule and optimizer ----
-  const BcdConfig& bc = cfg.bcd;
   std::vector<TrainUnit> units = make_units(model, bc);
   std::vector<int> fixed;
   if (bc.enabled && bc.order == "fixed")
@@ -109,13 +188,66 @@ TrainSummary run_training(Config cfg, bool quiet) {
   BcdScheduler sched(static_cast<int>(units.size()), bc, static_cast<uint64_t>(tc.seed), fixed);
   std::unique_ptr<FullAdamW> torch_opt;
   std::unique_ptr<BlockAdamW> block_opt;
+  std::vector<Charge> torch_state;  // torch's AdamW: gradients and moments of every block
+  const int prefetch_depth = static_cast<int>(cfg.memory.prefetch_depth);
   if (cfg.optim.impl == "torch") {
+    for (StateKind k : {StateKind::kGrad, StateKind::kAdamM, StateKind::kAdamV})
+      torch_state.emplace_back(&acct, Pool::kCompute, static_cast<int>(k), working_bytes);
     model.set_trainable(true);
     torch_opt = std::make_unique<FullAdamW>(model, cfg.optim);
   } else {
-    block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, bc.state_on_switch == "keep");
+    StateStorage storage;
+    storage.accounting = &acct;
+    storage.unit_home = plan.unit_home;
+    storage.stager.prefetch_depth = prefetch_depth;
+    storage.stager.nvme_paths = cfg.memory.nvme_paths;
+    block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, bc.state_on_switch == "keep", storage);
+  }
+  if (torch_opt && (tc.checkpoint_every > 0 || !resume_from.empty()))
+    user_error("config: checkpoints and --resume need [optim] impl = \"fused\" (got \"torch\")");
+
+  // ---- Resume: weights, schedule, data position, optimizer state per unit ----
+  int64_t first_step = 1;
+  if (!resume_from.empty()) {
+    CheckpointReader ck(resume_from);
+    first_step = ck.attr_int("/", "step") + 1;
+    for (Block& b : model.blocks()) {
+      torch::Tensor t = torch::empty({b.numel()}, torch::kFloat32);
+      ck.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(b.numel()));
+      torch::NoGradGuard ng;
+      b.data().copy_(t);
+    }
+    SchedulerState ss;
+    ss.epoch = static_cast<uint64_t>(ck.attr_int("/scheduler", "epoch"));
+    ss.position = static_cast<uint64_t>(ck.attr_int("/scheduler", "position"));
+    ss.step_in_visit = static_cast<uint64_t>(ck.attr_int("/scheduler", "step_in_visit"));
+    sched.restore(ss);
+    const int64_t active = ck.attr_int("/scheduler", "active");
+    if (active != sched.current())
+      user_error("{}: /scheduler: active unit {} does not match the schedule's ({}); was the [bcd] config changed?",
+                 resume_from, active, sched.current());
+    LoaderState ls;
+    ls.epoch = static_cast<uint64_t>(ck.attr_int("/rank0/loader", "epoch"));
+    ls.cursor = static_cast<uint64_t>(ck.attr_int("/rank0/loader", "cursor"));
+    train_loader.restore(ls);
+    auto read_unit = [&](int u) {
+      const std::string g = unit_group(units[u]);
+      if (!ck.has(g)) return;
+      std::vector<float> img(ck.length(g + "/image"));
+      ck.floats(g + "/image", img.data(), img.size());
+      block_opt->restore_unit_state(u, img, ck.attr_int(g, "steps"), resume_from);
+    };
+    for (int u = 0; u < static_cast<int>(units.size()); ++u)
+      if (u != active) read_unit(u);
+    block_opt->activate(static_cast<int>(active));
+    read_unit(static_cast<int>(active));
+    if (first_step > tc.steps)
+      user_error("{}: checkpoint is at step {} but train.steps is {}; give --train.steps=N to go further",
+                 resume_from, first_step - 1, tc.steps);
+  } else if (block_opt) {
     block_opt->activate(sched.current());
   }
+  if (block_opt) block_opt->prefetch(sched.lookahead(prefetch_depth));
 
   // ---- Run directory ----
   std::error_code ec;
@@ -124,7 +256,9 @@ TrainSummary run_training(Config cfg, bool quiet) {
   write_file(tc.run_dir + "/config.toml", config_to_toml(cfg));
   fs::copy_file(ds.tokenizer_path(), tc.run_dir + "/tokenizer.model", fs::copy_options::overwrite_existing, ec);
   if (ec) user_error("{}: cannot copy tokenizer into {} ({})", ds.tokenizer_path(), tc.run_dir, ec.message());
-  MetricsWriter metrics(tc.run_dir + "/metrics.jsonl");
+  if (!resume_from.empty()) truncate_metrics(tc.run_dir + "/metrics.jsonl", first_step);
+  MetricsWriter metrics(tc.run_dir + "/metrics.jsonl", /*append=*/!resume_from.empty());
+  const std::string ckpt_dir = tc.run_dir + "/checkpoints";
 
   TrainSummary sum;
   sum.num_params = model.num_params();
@@ -145,6 +279,16 @@ TrainSummary run_training(Config cfg, bool quiet) {
     say(fmt::format("bcd: {} blocks [{}], {} steps per visit, order {}, moments {} on switch", units.size(), names,
                     bc.switch_every, bc.order, bc.state_on_switch));
   }
+  if (block_opt && units.size() > 1) {
+    int on_nvme = 0;
+    for (Tier t : plan.unit_home) on_nvme += t == Tier::kNvme ? 1 : 0;
+    auto gib = [](uint64_t b) { return static_cast<double>(b) / (1 << 30); };
+    say(fmt::format("memory: compute {:.3f} GiB (plan {:.3f}), pinned pool {} x {:.1f} MiB, state homes: {} units in "
+                    "host memory, {} on NVMe",
+                    gib(acct.usage(Pool::kCompute).total), gib(plan.compute.total()),
+                    block_opt->stager().slab_count(), static_cast<double>(block_opt->stager().slab_bytes()) / (1 << 20),
+                    static_cast<int>(units.size()) - on_nvme, on_nvme));
+  }
 
   // ---- Loop ----
   const int64_t tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum;
@@ -152,8 +296,54 @@ TrainSummary run_training(Config cfg, bool quiet) {
   double train_s = 0;           // wall time in training steps (validation excluded)
   double interval_s = 0;        // since the last log line
   int64_t interval_steps = 0;
-  for (int64_t step = 1; step <= tc.steps; ++step) {
+  bool switch_due = false;          // the scheduler moved to a new visit after the last step
+  StagerStats logged_staging;       // as of the last metrics record
+
+  // A checkpoint after `step`: everything the next step needs. A switch that is due happens
+  // first (the next step would start with it), so the active unit is the schedule's current one.
+  auto save_checkpoint = [&](int64_t step) {
     const auto t0 = Clock::now();
+    if (switch_due) block_opt->activate(sched.current()), switch_due = false;
+    fs::create_directories(ckpt_dir, ec);
+    if (ec) user_error("{}: cannot create ({})", ckpt_dir, ec.message());
+    const std::string path = fmt::format("{}/step-{:08d}.h5", ckpt_dir, step);
+    CheckpointWriter w(path);
+    w.attr("/", "config", config_to_toml(cfg));
+    w.attr("/", "step", step);
+    w.attr("/", "tokens", step * tokens_per_step);
+    w.attr("/", "world_size", int64_t{1});
+    for (const Block& b : model.blocks()) {
+      torch::Tensor t = b.data().detach().to(torch::kFloat32).contiguous();
+      w.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(t.numel()));
+    }
+    const SchedulerState ss = sched.state();
+    w.attr("/scheduler", "epoch", static_cast<int64_t>(ss.epoch));
+    w.attr("/scheduler", "position", static_cast<int64_t>(ss.position));
+    w.attr("/scheduler", "step_in_visit", static_cast<int64_t>(ss.step_in_visit));
+    w.attr("/scheduler", "active", static_cast<int64_t>(block_opt->active()));
+    const LoaderState ls = train_loader.state();
+    w.attr("/rank0/loader", "epoch", static_cast<int64_t>(ls.epoch));
+    w.attr("/rank0/loader", "cursor", static_cast<int64_t>(ls.cursor));
+    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+      int64_t steps = 0;
+      const std::vector<float> img = block_opt->unit_state(u, &steps);
+      if (img.empty() && u != block_opt->active()) continue;  // nothing to keep yet
+      w.floats(unit_group(units[u]) + "/image", img.data(), img.size());
+      w.attr(unit_group(units[u]), "steps", steps);
+    }
+    w.commit();
+    prune_checkpoints(ckpt_dir, tc.keep_checkpoints);
+    const double dt = seconds_since(t0);
+    say(fmt::format("checkpoint: {} ({:.2f} s)", path, dt));
+    return dt;
+  };
+
+  double metrics_checkpoint_s = 0;  // time spent writing checkpoints
+  StopSignals signals;
+  for (int64_t step = first_step; step <= tc.steps; ++step) {
+    const auto t0 = Clock::now();
+    if (switch_due && block_opt) block_opt->activate(sched.current());  // switch blocks
+    if (block_opt) block_opt->prefetch(sched.lookahead(prefetch_depth));  // look-ahead
     const double lr = lr_at(tc, step - 1);
     const int unit = sched.current();
     // Backward stops at the active block: everything below runs without autograd.
@@ -173,7 +363,7 @@ TrainSummary run_training(Config cfg, bool quiet) {
     else block_opt->step(lr);
     const double dt = seconds_since(t0);
     train_s += dt, interval_s += dt, ++interval_steps;
-    if (step == 1) sum.first_loss = loss;
+    if (step == first_step) sum.first_loss = loss;
     sum.final_loss = loss;
 
     std::optional<double> val_loss;
@@ -204,6 +394,24 @@ TrainSummary run_training(Config cfg, bool quiet) {
         for (size_t u = 0; u < units.size(); ++u) per_block[units[u].name] = block_opt->unit_moment_bytes(static_cast<int>(u));
         rec["state_bytes_by_block"] = per_block;
       }
+      if (block_opt) {  // staging since the previous record, and totals
+        const StagerStats& st = block_opt->staging();
+        rec["switches"] = st.switches - logged_staging.switches;
+        rec["stall_ms"] = 1e3 * (st.stall_s - logged_staging.stall_s);
+        rec["stall_ms_total"] = 1e3 * st.stall_s;
+        rec["switch_copy_ms_total"] = 1e3 * st.copy_s;
+        rec["staged_bytes"] = {{"nvme_read", st.nvme_read_bytes},   {"nvme_write", st.nvme_write_bytes},
+                               {"host_read", st.host_read_bytes},   {"host_write", st.host_write_bytes},
+                               {"compute_in", st.compute_in_bytes}, {"compute_out", st.compute_out_bytes}};
+        logged_staging = st;
+      }
+      rec["memory_peak_bytes"] = {{"compute", acct.usage(Pool::kCompute).total_peak},
+                                  {"pinned", acct.usage(Pool::kPinned).total_peak},
+                                  {"host", acct.usage(Pool::kHost).total_peak},
+                                  {"nvme", acct.usage(Pool::kNvme).total_peak}};
+      rec["rss_peak_bytes"] = process_memory_bytes("VmHWM");
+      if (metrics_checkpoint_s > 0) rec["checkpoint_s_total"] = metrics_checkpoint_s;
+      if (step == tc.steps) rec["memory"] = acct.to_json();
       metrics.write(rec);
       const double eta = train_s / static_cast<double>(step) * static_cast<double>(tc.steps - step);
       std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}",
@@ -214,10 +422,27 @@ TrainSummary run_training(Config cfg, bool quiet) {
       say(line);
       interval_s = 0, interval_steps = 0;
     }
-    if (sched.step() && block_opt) block_opt->activate(sched.current());  // switch blocks
+    switch_due = sched.step();
+
+    const bool last = step == tc.steps;
+    if (block_opt && (signals.fired() || (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last))))
+      metrics_checkpoint_s += save_checkpoint(step);
+    if (signals.fired()) {
+      sum.stopped_by_signal = signals.fired();
+      sum.steps = step;
+      // on stderr even when quiet: whoever sent the signal needs to know how to go on
+      fmt::print(stderr, "bcdtrain: stopped by signal {} after step {}{}\n", signals.fired(), step,
+                 block_opt ? fmt::format("; continue with: bcdtrain train --resume {}", tc.run_dir) : "");
+      return sum;
+    }
   }
+  if (block_opt) {
+    block_opt->flush();  // write-backs in flight: their errors surface here
+    sum.staging = block_opt->staging();
+  }
+  sum.memory = acct.to_json();
   sum.steps = tc.steps;
-  sum.tokens_per_s = static_cast<double>(tokens_per_step * tc.steps) / std::max(train_s, 1e-9);
+  sum.tokens_per_s = static_cast<double>(tokens_per_step * (tc.steps - first_step + 1)) / std::max(train_s, 1e-9);
 
   // ---- Outputs ----
   save_weights(model, tc.run_dir + "/model.h5", config_to_toml(cfg));
@@ -233,9 +458,14 @@ TrainSummary run_training(Config cfg, bool quiet) {
   }
   write_file(tc.run_dir + "/samples.txt", samples_txt);
   sum.wall_s = seconds_since(t_start);
+  sum.rss_peak_bytes = process_memory_bytes("VmHWM");
   say(fmt::format("done: {} steps in {}, {:.0f} tok/s, loss {:.4f} -> {:.4f}, val {:.4f} (unigram {:.4f})",
                   sum.steps, format_duration(sum.wall_s), sum.tokens_per_s, sum.first_loss, sum.final_loss,
                   sum.final_val_loss.value_or(NAN), sum.unigram_val_loss));
+  if (block_opt && sum.staging.switches > 1)
+    say(fmt::format("staging: {} switches, stall {:.1f} ms in total, NVMe read {:.2f} GB / written {:.2f} GB",
+                    sum.staging.switches, 1e3 * sum.staging.stall_s, static_cast<double>(sum.staging.nvme_read_bytes) / 1e9,
+                    static_cast<double>(sum.staging.nvme_write_bytes) / 1e9));
   if (!samples_txt.empty()) say("samples:\n" + samples_txt);
   say(fmt::format("wrote {}/{{config.toml, metrics.jsonl, model.h5, samples.txt}}", tc.run_dir));
   return sum;

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "memory/stager.h"
 #include "runtime/config.h"
 
 namespace bcd {
@@ -18,17 +21,26 @@ struct TrainSummary {
   double wall_s = 0;
   int64_t num_params = 0;
   std::vector<std::string> samples;
+  StagerStats staging;                     // block-state movement (BCD with the fused optimizer)
+  nlohmann::json memory;                   // MemoryAccounting::to_json() at the end
+  uint64_t rss_peak_bytes = 0;             // VmHWM of the process at the end
+  int stopped_by_signal = 0;               // SIGINT/SIGTERM: checkpointed and stopped after `steps`
 };
 
 // Runs the whole training described by `cfg` and writes <run_dir>/{config.toml, metrics.jsonl,
-// model.h5, tokenizer.model, samples.txt}. Progress goes to stdout unless quiet.
-TrainSummary run_training(Config cfg, bool quiet = false);
+// model.h5, tokenizer.model, samples.txt}, and checkpoints/step-N.h5 every train.checkpoint_every
+// steps, at the end, and on SIGINT/SIGTERM (then it stops after the current step). Progress goes
+// to stdout unless quiet. `resume_from`: a checkpoint file to continue from, exactly.
+TrainSummary run_training(Config cfg, bool quiet = false, const std::string& resume_from = "");
 
 // Mean validation loss of a model over `batches` micro-batches of the validation split.
 class LlamaModel;
 class TokenDataset;
 double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_t batch_size,
                          int64_t seq_len, int64_t batches);
+
+// VmHWM / VmRSS of this process (bytes; 0 when /proc is unreadable).
+uint64_t process_memory_bytes(const char* key);
 
 // Sets torch's intra-op threads (0 = all cores).
 void configure_threads(int64_t threads);

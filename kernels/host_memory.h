@@ -1,0 +1,14 @@
+// Page-locked host memory from the CUDA runtime, for the staging slab pool (DESIGN.md §2).
+// Includable from plain C++; implemented in host_memory.cu on CUDA builds only.
+#pragma once
+
+#include <cstddef>
+
+namespace bcd {
+
+// cudaHostAlloc(portable) of `bytes`; nullptr when no CUDA device is usable or the call fails
+// (the caller then falls back to ordinary aligned memory).
+void* cuda_pinned_alloc(size_t bytes);
+void cuda_pinned_free(void* p);
+
+}  // namespace bcd

@@ -1,0 +1,42 @@
+// The pinned staging pool: a fixed number of equal slabs, allocated once (DESIGN.md §2: never
+// one pinned allocation per tensor). Slabs are 4 KiB aligned and sized in 4 KiB multiples, so
+// they are O_DIRECT buffers too. cudaHostAlloc'd when a CUDA device is present, else aligned
+// host memory. Not thread-safe: one owner (the stager) hands slabs out.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "memory/accounting.h"
+
+namespace bcd {
+
+class SlabPool {
+ public:
+  SlabPool() = default;
+  // Charges count * slab_bytes (rounded up to 4 KiB) to the pinned pool of `acct`.
+  SlabPool(int count, uint64_t slab_bytes, MemoryAccounting* acct);
+  ~SlabPool();
+  SlabPool(const SlabPool&) = delete;
+  SlabPool& operator=(const SlabPool&) = delete;
+
+  int count() const { return static_cast<int>(in_use_.size()); }
+  uint64_t slab_bytes() const { return slab_bytes_; }
+  char* slab(int i) const { return base_ + static_cast<uint64_t>(i) * slab_bytes_; }
+  char* base() const { return base_; }
+  uint64_t bytes() const { return slab_bytes_ * in_use_.size(); }
+  bool page_locked() const { return cuda_; }
+
+  int acquire();             // a free slab, or -1 when every slab is in use
+  void release(int slab);
+  int free_count() const;
+
+ private:
+  char* base_ = nullptr;
+  uint64_t slab_bytes_ = 0;
+  bool cuda_ = false;
+  std::vector<bool> in_use_;
+  Charge charge_;
+};
+
+}  // namespace bcd

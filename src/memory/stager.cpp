@@ -1,0 +1,273 @@
+// The stager: prefetch, swap and write-back of unit images through the slab pool.
+#include "memory/stager.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace bcd {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+bool ready(const std::shared_future<void>& f) {
+  return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+}  // namespace
+
+uint64_t StagedUnit::bytes() const {
+  uint64_t n = 0;
+  for (uint64_t b : kind_bytes) n += b;
+  return n;
+}
+
+Stager::Stager(std::vector<StagedUnit> units, StagerOptions opts, MemoryAccounting* acct)
+    : units_(std::move(units)), opts_(std::move(opts)), acct_(acct) {
+  BCD_CHECK(opts_.prefetch_depth >= 1, "prefetch_depth {}", opts_.prefetch_depth);
+  const size_t n = units_.size();
+  has_data_.assign(n, false);
+  host_.resize(n);
+  objects_.assign(n, 0);
+  uint64_t largest = 0;
+  bool any_nvme = false;
+  for (const StagedUnit& u : units_) {
+    largest = std::max(largest, u.bytes());
+    any_nvme |= u.home == Tier::kNvme && u.bytes() > 0;
+  }
+  if (any_nvme) {
+    if (opts_.nvme_paths.empty()) user_error("memory: state is placed on the NVMe tier but memory.nvme_paths is empty");
+    store_ = std::make_unique<ExtentStore>(opts_.nvme_paths, opts_.store, opts_.engine_factory);
+  }
+  for (size_t u = 0; u < n; ++u) {
+    const StagedUnit& su = units_[u];
+    if (su.bytes() == 0) continue;
+    BCD_CHECK(su.home == Tier::kPinned || su.home == Tier::kNvme, "unit {}: home must be host or nvme", su.name);
+    const Pool pool = su.home == Tier::kNvme ? Pool::kNvme : Pool::kHost;
+    for (int k = 0; k < kNumStateKinds; ++k)
+      if (su.kind_bytes[k] > 0) charges_.emplace_back(acct_, pool, k, su.kind_bytes[k]);
+    if (su.home == Tier::kNvme) objects_[u] = store_->create("unit." + su.name, su.bytes());
+    else host_[u] = AlignedBuffer(su.bytes());
+  }
+  pool_ = std::make_unique<SlabPool>(largest > 0 ? opts_.prefetch_depth + 1 : 0, largest, acct_);
+  if (store_) store_->register_buffer(pool_->base(), pool_->bytes());
+}
+
+Stager::~Stager() {
+  try {
+    flush();
+  } catch (const std::exception&) {
+    // reported by flush() to whoever called it; a destructor has no one to tell
+  }
+  for (auto& [unit, op] : reads_) {
+    try {
+      finish(op);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void Stager::start(Op& op) {
+  const StagedUnit& su = units_[op.unit];
+  char* slab = pool_->slab(op.slab);
+  const uint64_t n = su.bytes();
+  if (su.home == Tier::kNvme) {
+    op.ticket = op.read ? store_->read_async(objects_[op.unit], slab) : store_->write_async(objects_[op.unit], slab);
+    (op.read ? stats_.nvme_read_bytes : stats_.nvme_write_bytes) += n;
+    return;
+  }
+  char* host = host_[op.unit].data();
+  if (op.read) {
+    std::shared_future<void> before;  // this unit's write-back, which the copy must follow
+    auto it = host_writes_.find(op.unit);
+    if (it != host_writes_.end()) before = it->second;
+    op.copy = std::async(std::launch::async, [=] {
+                if (before.valid()) before.wait();
+                std::memcpy(slab, host, n);
+              }).share();
+    stats_.host_read_bytes += n;
+  } else {
+    op.copy = std::async(std::launch::async, [=] { std::memcpy(host, slab, n); }).share();
+    host_writes_[op.unit] = op.copy;
+    stats_.host_write_bytes += n;
+  }
+}
+
+void Stager::finish(Op& op) {
+  if (op.waited) return;
+  op.waited = true;
+  if (units_[op.unit].home == Tier::kNvme) store_->wait(op.ticket);
+  else op.copy.get();
+}
+
+void Stager::wait_host_write(int unit) {
+  auto it = host_writes_.find(unit);
+  if (it == host_writes_.end()) return;
+  it->second.wait();
+  host_writes_.erase(it);
+}
+
+int Stager::take_slab() {
+  // Finished write-backs give their slabs back first (and report their errors).
+  while (!writes_.empty()) {
+    Op& w = writes_.front();
+    const bool done = units_[w.unit].home == Tier::kNvme ? store_->done(w.ticket) : ready(w.copy);
+    if (!done) break;
+    Op op = w;
+    writes_.erase(writes_.begin());
+    pool_->release(op.slab);
+    finish(op);
+  }
+  int s = pool_->acquire();
+  if (s >= 0) return s;
+  if (!writes_.empty()) {  // wait for the oldest write-back
+    Op op = writes_.front();
+    writes_.erase(writes_.begin());
+    pool_->release(op.slab);
+    finish(op);
+    return pool_->acquire();
+  }
+  BCD_CHECK(false, "staging pool: all {} slabs hold prefetches", pool_->count());
+}
+
+void Stager::prefetch(int unit) {
+  BCD_CHECK(unit >= 0 && unit < n_units(), "prefetch of unit {}", unit);
+  if (unit == active_ || units_[unit].bytes() == 0 || !has_data_[unit] || reads_.count(unit)) return;
+  if (static_cast<int>(reads_.size()) >= opts_.prefetch_depth) return;
+  // Never block the training thread here: without a free slab the prefetch waits for a later call.
+  bool free_slab = pool_->free_count() > 0;
+  for (const Op& w : writes_)
+    free_slab |= units_[w.unit].home == Tier::kNvme ? store_->done(w.ticket) : ready(w.copy);
+  if (!free_slab) return;
+  Op op;
+  op.unit = unit, op.slab = take_slab(), op.read = true;
+  start(op);
+  reads_[unit] = op;
+}
+
+bool Stager::swap(int from, int to, void* compute) {
+  BCD_CHECK(from != to, "swap of unit {} with itself", to);
+  BCD_CHECK(from == active_, "swap from unit {} but unit {} is active", from, active_);
+  BCD_CHECK(to >= 0 && to < n_units(), "swap to unit {}", to);
+  const auto t0 = Clock::now();
+  // 1. `to`'s image in a slab: prefetched (wait if late) or read now.
+  int in = -1;
+  if (units_[to].bytes() > 0 && has_data_[to]) {
+    if (!reads_.count(to)) {
+      Op op;
+      op.unit = to, op.slab = take_slab(), op.read = true;
+      start(op);
+      reads_[to] = op;
+    }
+    Op op = reads_.at(to);
+    reads_.erase(to);
+    try {
+      finish(op);  // a failed read or checksum throws here, before `compute` is touched
+    } catch (...) {
+      pool_->release(op.slab);
+      throw;
+    }
+    in = op.slab;
+  }
+  // 2. A slab for `from`'s write-back.
+  int out = -1;
+  if (from >= 0 && units_[from].bytes() > 0) out = take_slab();
+  const double stall = since(t0);
+  // 3. compute -> slab -> (async) home; slab -> compute.
+  const auto t1 = Clock::now();
+  if (out >= 0) {
+    const uint64_t n = units_[from].bytes();
+    std::memcpy(pool_->slab(out), compute, n);
+    stats_.compute_out_bytes += n;
+    Op op;
+    op.unit = from, op.slab = out, op.read = false;
+    start(op);
+    writes_.push_back(op);
+    has_data_[from] = true;
+  }
+  if (in >= 0) {
+    const uint64_t n = units_[to].bytes();
+    std::memcpy(compute, pool_->slab(in), n);
+    stats_.compute_in_bytes += n;
+    pool_->release(in);
+  }
+  active_ = to;
+  stats_.copy_s += since(t1);
+  stats_.switches += 1;
+  stats_.stall_s += stall;
+  stats_.last_stall_s = stall;
+  return in >= 0;
+}
+
+bool Stager::get(int unit, void* dst) {
+  BCD_CHECK(unit != active_, "get of the active unit {}", unit);
+  const uint64_t n = units_.at(unit).bytes();
+  if (n == 0 || !has_data_[unit]) return false;
+  auto it = reads_.find(unit);
+  if (it != reads_.end()) {  // prefetched: the slab holds the image
+    finish(it->second);
+    std::memcpy(dst, pool_->slab(it->second.slab), n);
+    return true;
+  }
+  if (units_[unit].home == Tier::kPinned) {
+    wait_host_write(unit);
+    std::memcpy(dst, host_[unit].data(), n);
+    return true;
+  }
+  const int s = take_slab();
+  try {
+    store_->read(objects_[unit], pool_->slab(s));
+  } catch (...) {
+    pool_->release(s);
+    throw;
+  }
+  std::memcpy(dst, pool_->slab(s), n);
+  pool_->release(s);
+  return true;
+}
+
+void Stager::put(int unit, const void* src) {
+  BCD_CHECK(unit != active_, "put of the active unit {}", unit);
+  const uint64_t n = units_.at(unit).bytes();
+  if (n == 0) return;
+  auto it = reads_.find(unit);
+  if (it != reads_.end()) {  // the prefetched image is stale now
+    Op op = it->second;
+    reads_.erase(it);
+    pool_->release(op.slab);
+    finish(op);
+  }
+  if (units_[unit].home == Tier::kPinned) {
+    wait_host_write(unit);
+    std::memcpy(host_[unit].data(), src, n);
+  } else {
+    const int s = take_slab();
+    std::memcpy(pool_->slab(s), src, n);
+    try {
+      store_->write(objects_[unit], pool_->slab(s));
+    } catch (...) {
+      pool_->release(s);
+      throw;
+    }
+    pool_->release(s);
+    stats_.nvme_write_bytes += n;
+  }
+  has_data_[unit] = true;
+}
+
+void Stager::flush() {
+  while (!writes_.empty()) {
+    Op op = writes_.front();
+    writes_.erase(writes_.begin());
+    pool_->release(op.slab);
+    finish(op);
+  }
+  for (auto& [unit, f] : host_writes_) f.wait();
+  host_writes_.clear();
+}
+
+}  // namespace bcd

@@ -1,0 +1,263 @@
+// Our blocks -> an HF model directory: shard plan, safetensors files, index and config.json.
+#include "model/hf_export.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "io/weights.h"
+#include "model/hf_weights.h"
+#include "runtime/config.h"
+#include "runtime/error.h"
+
+namespace bcd {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kProducer = "bcdtrain";  // safetensors metadata "producer": marks our exports
+
+// Names an export writes (and their temporary names while writing).
+bool is_export_name(const std::string& name) {
+  static const std::regex re(
+      R"(^(config\.json|tokenizer\.model|model\.safetensors|model\.safetensors\.index\.json|)"
+      R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)(\.tmp(-[0-9]+)?)?$)");
+  return std::regex_match(name, re);
+}
+
+bool is_temp_name(const std::string& name) { return name.find(".tmp") != std::string::npos; }
+
+// OUT absent: created. Present: must be empty or hold only a previous export of ours.
+void prepare_out_dir(const std::string& out) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) {
+    if (!fs::create_directories(out, ec) && ec)
+      user_error("{}: cannot create the output directory ({})", out, ec.message());
+    return;
+  }
+  if (!fs::is_directory(out)) user_error("{}: exists and is not a directory", out);
+  bool any = false, ours = false;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    any = true;
+    if (!e.is_regular_file() || !is_export_name(name))
+      user_error("{}: not empty and not a previous bcdtrain export (found {}); choose a new or empty directory", out,
+                 name);
+    if (is_temp_name(name) || name.size() < 12 || name.compare(name.size() - 12, 12, ".safetensors") != 0) continue;
+    bool marked = false;
+    try {
+      st::SafetensorsFile f(e.path().string());
+      auto it = f.header().metadata.find("producer");
+      marked = it != f.header().metadata.end() && it->second == kProducer;
+    } catch (const UserError&) {
+    }
+    if (!marked)
+      user_error("{}: not empty and not a previous bcdtrain export ({} was not written by bcdtrain); choose a new or "
+                 "empty directory", out, name);
+    ours = true;
+  }
+  if (any && !ours)
+    user_error("{}: not empty and not a previous bcdtrain export (no bcdtrain safetensors file in it); choose a new "
+               "or empty directory", out);
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      user_error("{}: cannot write", path);
+    }
+  }
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    user_error("{}: cannot rename the temporary file into place", path);
+  }
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const char* architecture_of(const std::string& model_type) {
+  if (model_type == "qwen2") return "Qwen2ForCausalLM";
+  if (model_type == "mistral") return "MistralForCausalLM";
+  return "LlamaForCausalLM";
+}
+
+}  // namespace
+
+std::string hf_config_json(const ModelConfig& m, const std::string& base_config_json, st::Dtype dtype) {
+  json j = json::object();
+  if (!base_config_json.empty()) {
+    try {
+      j = json::parse(base_config_json);
+    } catch (const json::exception&) {
+      j = json::object();
+    }
+    if (!j.is_object()) j = json::object();
+  }
+  std::string type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+  // Qwen2 always has q/k/v biases and Llama/Mistral never (as we map them): a base of the other
+  // kind describes a different architecture, so start afresh.
+  const bool base_fits = (type == "qwen2") == m.qkv_bias && (type == "llama" || type == "mistral" || type == "qwen2");
+  if (!base_fits) {
+    j = json::object();
+    type = m.qkv_bias ? "qwen2" : "llama";
+  }
+  if (!j.contains("architectures")) j["architectures"] = {architecture_of(type)};
+  j["model_type"] = type;
+  j["vocab_size"] = m.vocab_size;
+  j["hidden_size"] = m.d_model;
+  j["intermediate_size"] = m.ff_dim();
+  j["num_hidden_layers"] = m.n_layers;
+  j["num_attention_heads"] = m.n_heads;
+  j["num_key_value_heads"] = m.kv_heads();
+  j["max_position_embeddings"] = m.max_seq_len;
+  j["rms_norm_eps"] = m.norm_eps;
+  j["rope_theta"] = m.rope_theta;
+  j["tie_word_embeddings"] = m.tie_embeddings;
+  j["torch_dtype"] = hf_torch_dtype_name(dtype);
+  if (j.contains("dtype")) j["dtype"] = hf_torch_dtype_name(dtype);  // newer transformers' name for it
+  if (j.contains("head_dim")) j["head_dim"] = m.head_dim();
+  if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
+  if (!j.contains("rope_scaling")) j["rope_scaling"] = nullptr;
+  if (!j.contains("initializer_range")) j["initializer_range"] = m.init_std;
+  if (type == "llama") {
+    if (!j.contains("attention_bias")) j["attention_bias"] = false;
+    if (!j.contains("mlp_bias")) j["mlp_bias"] = false;
+  } else if (type == "qwen2") {
+    if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;
+  } else if (type == "mistral") {
+    if (!j.contains("sliding_window")) j["sliding_window"] = nullptr;
+  }
+  return j.dump(2) + "\n";
+}
+
+HfExportReport export_hf_model(const LlamaModel& model, const std::string& out_dir, st::Dtype dtype,
+                               uint64_t shard_bytes, const std::string& base_config_json) {
+  BCD_CHECK(hf_float_dtype(dtype), "export dtype {}", st::dtype_name(dtype));
+  prepare_out_dir(out_dir);
+  const std::vector<HfTensor> tensors = hf_tensor_map(model);
+  const uint64_t es = st::dtype_size(dtype);
+
+  // ---- Shard plan: in state_dict order, a new shard when the next tensor would overflow ----
+  // (as transformers' save_pretrained; a tensor larger than the limit gets a shard of its own)
+  std::vector<std::vector<const HfTensor*>> shards;
+  uint64_t cur = 0;
+  HfExportReport r;
+  for (const HfTensor& t : tensors) {
+    uint64_t bytes = es;
+    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
+    if (shards.empty() || (!shards.back().empty() && cur + bytes > shard_bytes)) {
+      shards.emplace_back();
+      cur = 0;
+    }
+    shards.back().push_back(&t);
+    cur += bytes;
+    r.tensor_bytes += bytes;
+  }
+  const size_t n = shards.size();
+  auto shard_name = [&](size_t i) {
+    return n == 1 ? std::string("model.safetensors") : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+  };
+
+  // ---- Files ----
+  r.dtype = short_dtype_name(dtype);
+  const std::string config_text = hf_config_json(model.config(), base_config_json, dtype);
+  r.model_type = json::parse(config_text)["model_type"].get<std::string>();
+  std::set<std::string> written = {"config.json"};
+  r.files.push_back(out_dir + "/config.json");
+  json weight_map = json::object();
+  torch::NoGradGuard ng;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<st::TensorSpec> specs;
+    for (const HfTensor* t : shards[i]) specs.push_back({t->name, dtype, t->shape});
+    const std::string path = out_dir + "/" + shard_name(i);
+    st::SafetensorsWriter w(path, std::move(specs), {{"format", "pt"}, {"producer", kProducer}});
+    for (const HfTensor* t : shards[i]) {
+      torch::Tensor d = model.block(t->block).param(t->slot).detach().to(torch::kCPU).to(torch_dtype_of(dtype)).contiguous();
+      w.write_next(d.data_ptr(), d.nbytes());
+      weight_map[t->name] = shard_name(i);
+    }
+    w.commit();
+    written.insert(shard_name(i));
+    r.files.push_back(path);
+  }
+  if (n > 1) {
+    json index = {{"metadata", {{"total_size", r.tensor_bytes}}}, {"weight_map", weight_map}};
+    write_text_atomic(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+    written.insert("model.safetensors.index.json");
+    r.files.push_back(out_dir + "/model.safetensors.index.json");
+  }
+  write_text_atomic(out_dir + "/config.json", config_text);
+
+  // ---- A previous export's other files would shadow or contradict this one ----
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name == "tokenizer.model" || written.count(name) || !is_export_name(name)) continue;
+    std::error_code ec;
+    fs::remove(e.path(), ec);
+  }
+  return r;
+}
+
+HfExportReport export_hf(const HfExportOptions& opt) {
+  Config cfg;
+  apply_config_text(cfg, read_weights_config(opt.checkpoint), opt.checkpoint);
+  const ModelConfig& mc = cfg.model;
+  if (mc.vocab_size <= 0)
+    user_error("{}: the stored config has vocab_size {} (expected the resolved vocabulary size)", opt.checkpoint,
+               mc.vocab_size);
+  LlamaModel model(mc);
+  load_weights(model, opt.checkpoint);
+
+  std::string base = read_weights_attr(opt.checkpoint, "hf_config_json");
+  if (base.empty() && !mc.hf_config.empty() && fs::is_regular_file(mc.hf_config)) base = read_text_file(mc.hf_config);
+  st::Dtype dtype = st::Dtype::kBF16;
+  if (!opt.dtype.empty()) {
+    dtype = parse_short_dtype(opt.dtype, "--dtype");
+  } else if (const std::string d = read_weights_attr(opt.checkpoint, "hf_dtype"); !d.empty()) {
+    dtype = parse_short_dtype(d, opt.checkpoint + ": attribute hf_dtype");
+  } else if (!base.empty()) {
+    const json j = json::parse(base, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("torch_dtype") && j["torch_dtype"].is_string())
+      dtype_from_hf_torch_dtype(j["torch_dtype"].get<std::string>(), dtype);
+  }
+
+  HfExportReport r = export_hf_model(model, opt.out_dir, dtype, opt.shard_bytes, base);
+  const fs::path ckpt(opt.checkpoint);
+  const fs::path tok = (ckpt.has_parent_path() ? ckpt.parent_path() : fs::path(".")) / "tokenizer.model";
+  if (fs::is_regular_file(tok)) {
+    const fs::path dst = fs::path(opt.out_dir) / "tokenizer.model";
+    std::error_code ec;
+    if (!fs::equivalent(tok, dst, ec)) write_text_atomic(dst.string(), read_text_file(tok.string()));
+    r.tokenizer = dst.string();
+    r.files.push_back(dst.string());
+  }
+  return r;
+}
+
+}  // namespace bcd

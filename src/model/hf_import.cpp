@@ -1,0 +1,254 @@
+// HF model directory -> our blocks: locate every tensor (single file or shards), check names,
+// dtypes and shapes against the model config, then read and convert.
+#include "model/hf_import.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "io/weights.h"
+#include "model/hf_config.h"
+#include "model/hf_weights.h"
+#include "model/safetensors.h"
+#include "runtime/config.h"
+#include "runtime/error.h"
+
+namespace bcd {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// weight_map of model.safetensors.index.json: tensor name -> shard file name (same directory).
+std::map<std::string, std::string> read_weight_map(const std::string& index) {
+  std::ifstream in(index);
+  if (!in) user_error("{}: cannot open", index);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    user_error("{}: invalid JSON ({})", index, e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    user_error("{}: expected a JSON object with a \"weight_map\" object", index);
+  std::map<std::string, std::string> out;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    const std::string shard = it->is_string() ? it->get<std::string>() : "";
+    // A shard is a plain file name beside the index: no directories, no way out of DIR.
+    if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
+        shard.size() < 12 || shard.compare(shard.size() - 12, 12, ".safetensors") != 0)
+      user_error("{}: weight_map entry for tensor \"{}\" is {}: expected a .safetensors file name in the same directory",
+                 index, it.key(), it->dump());
+    out[it.key()] = shard;
+  }
+  return out;
+}
+
+struct Located {
+  const HfTensor* want = nullptr;
+  const st::SafetensorsFile* file = nullptr;
+  const st::TensorInfo* info = nullptr;
+};
+
+// The tensor's bytes converted to fp32, on the CPU.
+torch::Tensor read_fp32(const st::SafetensorsFile& f, const st::TensorInfo& t) {
+  std::vector<uint8_t> buf = f.read(t);
+  // copy = true: an F32 tensor would otherwise come back as a view of `buf`, freed on return
+  return torch::from_blob(buf.data(), t.shape, torch_dtype_of(t.dtype)).to(torch::kFloat32, false, /*copy=*/true);
+}
+
+std::string shape_source(const LlamaModel& model) {
+  return model.config().hf_config.empty() ? "the model config" : model.config().hf_config;
+}
+
+}  // namespace
+
+HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
+  if (!fs::is_directory(dir)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
+  const std::vector<HfTensor> want = hf_tensor_map(model);
+  std::map<std::string, const HfTensor*> wanted;
+  for (const HfTensor& w : want) wanted[w.name] = &w;
+  const bool tied = model.config().tie_embeddings;
+
+  // ---- Open the files ----
+  const std::string single = dir + "/" + kSingleFile, index = dir + "/" + kIndexFile;
+  std::vector<std::unique_ptr<st::SafetensorsFile>> files;
+  std::map<std::string, std::string> weight_map;          // sharded only
+  std::map<std::string, const st::SafetensorsFile*> shard_of;  // shard file name -> file
+  if (fs::exists(single)) {
+    files.push_back(std::make_unique<st::SafetensorsFile>(single));
+  } else if (fs::exists(index)) {
+    weight_map = read_weight_map(index);
+    if (weight_map.empty()) user_error("{}: weight_map lists no tensors", index);
+    for (const auto& [name, shard] : weight_map) {
+      if (shard_of.count(shard)) continue;
+      const std::string path = dir + "/" + shard;
+      if (!fs::exists(path)) user_error("{}: shard not found (listed in {} for tensor {})", path, index, name);
+      files.push_back(std::make_unique<st::SafetensorsFile>(path));
+      shard_of[shard] = files.back().get();
+    }
+  } else {
+    user_error("{}: no {} or {} (only safetensors checkpoints are supported)", dir, kSingleFile, kIndexFile);
+  }
+
+  // ---- Locate and check every tensor before touching the model ----
+  std::vector<Located> found;
+  for (const HfTensor& w : want) {
+    Located l{&w, files.front().get(), nullptr};
+    if (weight_map.empty()) {
+      l.info = l.file->header().find(w.name);
+      if (!l.info) user_error("{}: tensor {} missing (expected {} for {})", l.file->path(), w.name, format_shape(w.shape), shape_source(model));
+    } else {
+      auto it = weight_map.find(w.name);
+      if (it == weight_map.end()) user_error("{}: tensor {} missing from weight_map", index, w.name);
+      l.file = shard_of.at(it->second);
+      l.info = l.file->header().find(w.name);
+      if (!l.info) user_error("{}: tensor {} missing (listed for this shard in {})", l.file->path(), w.name, index);
+    }
+    if (!hf_float_dtype(l.info->dtype))
+      user_error("{}: tensor {}: dtype {} is not supported (expected BF16, F16 or F32)", l.file->path(), w.name,
+                 st::dtype_name(l.info->dtype));
+    if (l.info->shape != w.shape)
+      user_error("{}: tensor {}: shape {}, expected {} for {}", l.file->path(), w.name, format_shape(l.info->shape),
+                 format_shape(w.shape), shape_source(model));
+    found.push_back(l);
+  }
+  // Nothing beyond the model: a stray tensor means the config does not describe these weights.
+  const st::TensorInfo* tied_head = nullptr;
+  const st::SafetensorsFile* tied_head_file = nullptr;
+  for (const auto& f : files) {
+    for (const st::TensorInfo& t : f->header().tensors) {
+      if (hf_ignored_tensor(t.name)) continue;
+      if (!weight_map.empty()) {
+        auto it = weight_map.find(t.name);
+        if (it == weight_map.end() || shard_of.at(it->second) != f.get())
+          user_error("{}: tensor {} is not listed for this file in {}", f->path(), t.name, index);
+      }
+      if (wanted.count(t.name)) continue;
+      if (tied && t.name == "lm_head.weight" && t.shape == want.front().shape && hf_float_dtype(t.dtype)) {
+        tied_head = &t, tied_head_file = f.get();
+        continue;
+      }
+      user_error("{}: unexpected tensor {} (shape {}): not part of this model ({})", f->path(), t.name,
+                 format_shape(t.shape), shape_source(model));
+    }
+  }
+  for (const auto& [name, shard] : weight_map)
+    if (!wanted.count(name) && !hf_ignored_tensor(name) && !(tied && name == "lm_head.weight"))
+      user_error("{}: unexpected tensor {} in weight_map: not part of this model ({})", index, name, shape_source(model));
+  if (tied_head) {
+    // Some tied checkpoints still store lm_head; it must be the embedding, or tying changes the model.
+    const Located& emb = found.front();
+    if (!torch::equal(read_fp32(*tied_head_file, *tied_head), read_fp32(*emb.file, *emb.info)))
+      user_error("{}: lm_head.weight differs from model.embed_tokens.weight but tie_word_embeddings is true",
+                 tied_head_file->path());
+  }
+
+  // ---- Read, convert, write ----
+  torch::NoGradGuard ng;
+  std::map<st::Dtype, int64_t> elems_by_dtype;
+  for (const Located& l : found) {
+    std::vector<uint8_t> buf = l.file->read(*l.info);
+    torch::Tensor src = torch::from_blob(buf.data(), l.info->shape, torch_dtype_of(l.info->dtype));
+    model.block(l.want->block).param(l.want->slot).copy_(src);
+    elems_by_dtype[l.info->dtype] += l.info->numel();
+  }
+
+  HfImportInfo info;
+  int64_t best = -1;
+  for (const auto& [d, n] : elems_by_dtype)
+    if (n > best) best = n, info.dtype = short_dtype_name(d);
+  for (const auto& f : files) info.files.push_back(f->path());
+  info.n_tensors = static_cast<int64_t>(found.size());
+  return info;
+}
+
+void load_initial_weights(LlamaModel& model, const std::string& init_from) {
+  if (init_from.empty()) return;
+  const std::string dir = hf_init_dir(init_from);
+  if (!dir.empty()) {
+    import_hf_weights(model, dir);
+    return;
+  }
+  const ModelConfig f = model_config_from_weights(init_from, ModelConfig{});
+  const ModelConfig& m = model.config();
+  auto same = [&](const char* key, int64_t in_file, int64_t in_model) {
+    if (in_file != in_model)
+      user_error("{}: the weights file has {} = {}, the model config has {}", init_from, key, in_file, in_model);
+  };
+  same("vocab_size", f.vocab_size, m.vocab_size);
+  same("d_model", f.d_model, m.d_model);
+  same("n_layers", f.n_layers, m.n_layers);
+  same("n_heads", f.n_heads, m.n_heads);
+  same("n_kv_heads", f.kv_heads(), m.kv_heads());
+  same("d_ff", f.ff_dim(), m.ff_dim());
+  auto same_flag = [&](const char* key, bool in_file, bool in_model) {
+    if (in_file != in_model)
+      user_error("{}: the weights file has {} = {}, the model config has {}", init_from, key, in_file, in_model);
+  };
+  same_flag("qkv_bias", f.qkv_bias, m.qkv_bias);
+  same_flag("tie_embeddings", f.tie_embeddings, m.tie_embeddings);
+  load_weights(model, init_from);
+}
+
+HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out) {
+  const std::string cfg_path = dir + "/config.json";
+  if (!fs::is_directory(dir)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
+  if (!fs::exists(cfg_path)) user_error("{}: missing (a Hugging Face model directory has config.json)", cfg_path);
+  const ModelConfig mc = model_config_from_hf(cfg_path, ModelConfig{});
+  std::string config_text;
+  {
+    std::ifstream in(cfg_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    config_text = ss.str();
+  }
+  LlamaModel model(mc);
+  HfImportSummary s;
+  s.info = import_hf_weights(model, dir);
+  s.model_type = json::parse(config_text).value("model_type", "");
+  s.n_params = model.num_params();
+
+  // The stored config is self-contained: the shape is in its fields, not in a path to DIR.
+  Config cfg;
+  cfg.model = mc;
+  cfg.model.hf_config.clear();
+  const fs::path out_path(out);
+  const fs::path out_dir = out_path.has_parent_path() ? out_path.parent_path() : fs::path(".");
+  try {
+    fs::create_directories(out_dir);
+  } catch (const fs::filesystem_error& e) {
+    user_error("{}: cannot create the output directory ({})", out, e.code().message());
+  }
+  save_weights(model, out, config_to_toml(cfg),
+               {{"hf_config_json", config_text}, {"hf_dtype", s.info.dtype}, {"hf_source", fs::absolute(dir).string()}});
+
+  const fs::path tok = fs::path(dir) / "tokenizer.model";
+  if (fs::exists(tok)) {
+    const fs::path dst = out_dir / "tokenizer.model";
+    std::error_code ec;
+    if (!fs::equivalent(tok, dst, ec)) {
+      const fs::path tmp = dst.string() + ".tmp";
+      try {
+        fs::copy_file(tok, tmp, fs::copy_options::overwrite_existing);
+        fs::rename(tmp, dst);
+      } catch (const fs::filesystem_error& e) {
+        fs::remove(tmp, ec);
+        user_error("{}: cannot copy {} ({})", dst.string(), tok.string(), e.code().message());
+      }
+    }
+    s.tokenizer = dst.string();
+  }
+  return s;
+}
+
+}  // namespace bcd

@@ -1,0 +1,274 @@
+// Training checkpoints: exact resume (2N straight == N, stop, resume N), signals, a SIGKILL
+// during a write, retention, and corrupt or truncated files.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "io/checkpoint.h"
+#include "runtime/error.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(test::read_text(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// A bcdtrain process in the background (output to a log file), for signals.
+struct Background {
+  pid_t pid = -1;
+  explicit Background(const std::string& args, const std::string& log) {
+    pid = fork();
+    if (pid == 0) {
+      const std::string cmd = "exec " + std::string(BCD_BINARY) + " " + args + " > " + log + " 2>&1";
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  int wait() {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+// Every dataset and attribute that defines the state to continue from.
+void expect_same_state(const std::string& a, const std::string& b, const std::vector<std::string>& units,
+                       const std::vector<std::string>& blocks) {
+  CheckpointReader ra(a), rb(b);
+  EXPECT_EQ(ra.attr_int("/", "step"), rb.attr_int("/", "step"));
+  for (const char* k : {"epoch", "position", "step_in_visit", "active"})
+    EXPECT_EQ(ra.attr_int("/scheduler", k), rb.attr_int("/scheduler", k)) << k;
+  for (const char* k : {"epoch", "cursor"}) EXPECT_EQ(ra.attr_int("/rank0/loader", k), rb.attr_int("/rank0/loader", k)) << k;
+  auto same = [&](const std::string& ds) {
+    ASSERT_EQ(ra.has(ds), rb.has(ds)) << ds;
+    if (!ra.has(ds)) return;
+    const uint64_t n = ra.length(ds);
+    ASSERT_EQ(n, rb.length(ds)) << ds;
+    std::vector<float> x(n), y(n);
+    ra.floats(ds, x.data(), n);
+    rb.floats(ds, y.data(), n);
+    EXPECT_EQ(0, std::memcmp(x.data(), y.data(), n * sizeof(float))) << ds << " differs";
+  };
+  for (const auto& blk : blocks) same("/blocks/" + blk);
+  int with_state = 0;
+  for (const auto& u : units) {
+    const std::string g = "/rank0/optimizer/" + u;
+    same(g + "/image");
+    if (ra.has(g)) {
+      ++with_state;
+      EXPECT_EQ(ra.attr_int(g, "steps"), rb.attr_int(g, "steps")) << u;
+    }
+  }
+  EXPECT_GE(with_state, 1);  // the active unit at least (with reset, only it)
+}
+
+class Checkpoints : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir("bcd-ckpt");
+    auto r = test::run_bcdtrain("prepare --input /usr/share/games/fortunes --out " + dir_->file("data") +
+                                " --vocab-size 2048");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string path(const std::string& name) { return dir_->file(name); }
+  static std::string nvme(const std::string& name) {
+    fs::create_directories(dir_->file("nvme-" + name));
+    return dir_->file("nvme-" + name);
+  }
+  // tiny.toml made small: 4 one-layer blocks + embed + head, K = 3, random order.
+  static std::string args(const std::string& run, const std::string& extra) {
+    return "train --quiet --config " + test::source_path("configs/tiny.toml") + " --data.path=" + dir_->file("data") +
+           " --train.run_dir=" + run + " --sample.prompts='[]' --train.val_batches=1 --train.log_every=1" +
+           " --model.d_model=64 --model.d_ff=192 --bcd.layers_per_block=1 --bcd.switch_every=3" +
+           " --train.batch_size=2 --train.seq_len=32 --train.warmup_steps=2 " + extra;
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* Checkpoints::dir_ = nullptr;
+
+const std::vector<std::string> kUnits = {"embed", "layer.0", "layer.1", "layer.2", "layer.3", "head"};
+const std::vector<std::string> kBlocks = {"embed", "layer.0", "layer.1", "layer.2", "layer.3", "head"};
+
+struct Variant {
+  const char* name;
+  const char* extra;
+};
+
+class ExactResume : public Checkpoints, public ::testing::WithParamInterface<Variant> {};
+
+// 2N steps straight == N steps, stop, resume, N steps: losses, weights, moments, schedule, data.
+TEST_P(ExactResume, TwoNStraightEqualsNThenResumeN) {
+  const Variant v = GetParam();
+  const std::string straight = path(std::string("straight-") + v.name), split = path(std::string("split-") + v.name);
+  std::string extra = v.extra;
+  if (extra.find("home=nvme") != std::string::npos)
+    extra += " --memory.nvme_paths='[\"" + nvme(std::string("s-") + v.name) + "\"]'";
+  auto a = test::run_bcdtrain(args(straight, extra + " --train.steps=20 --train.checkpoint_every=20"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  // the first half: same config (train.steps included: it shapes the LR schedule)
+  auto b = test::run_bcdtrain(args(split, extra + " --train.steps=20 --train.checkpoint_every=10"));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  // throw away what came after step 10, as if the run had stopped there
+  fs::remove(split + "/checkpoints/step-00000020.h5");
+  {
+    auto m = read_metrics(split + "/metrics.jsonl");
+    std::ofstream out(split + "/metrics.jsonl", std::ios::trunc);
+    for (size_t i = 0; i < 10; ++i) out << m[i].dump() << "\n";
+  }
+  auto c = test::run_bcdtrain("train --quiet --resume " + split);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const auto ma = read_metrics(straight + "/metrics.jsonl"), mb = read_metrics(split + "/metrics.jsonl");
+  ASSERT_EQ(ma.size(), 20u);
+  ASSERT_EQ(mb.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(mb[i]["step"].get<int>(), static_cast<int>(i + 1));
+    EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(ma[i]["block"], mb[i]["block"]) << "step " << i + 1;
+  }
+  expect_same_state(straight + "/checkpoints/step-00000020.h5", split + "/checkpoints/step-00000020.h5", kUnits,
+                    kBlocks);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, ExactResume,
+    ::testing::Values(Variant{"Fp32KeepNvme", "--bcd.order=random --bcd.state_on_switch=keep --memory.home=nvme"},
+                      Variant{"Fp32ResetHost", "--bcd.order=random --bcd.state_on_switch=reset --memory.home=host"},
+                      Variant{"Bf16KeepHost", "--bcd.order=ascending --bcd.state_on_switch=keep --train.dtype=bf16"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(Checkpoints, SigtermCheckpointsThenResumeFinishesTheRun) {
+  const std::string run = path("sigterm"), ref = path("sigterm-ref");
+  const std::string extra = " --train.steps=150 --bcd.order=random";
+  Background bg(args(run, extra), path("sigterm.log"));
+  // wait for a few steps, then ask it to stop
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 5) break;
+  }
+  ASSERT_EQ(kill(bg.pid, SIGTERM), 0);
+  EXPECT_EQ(bg.wait(), 128 + SIGTERM) << test::read_text(path("sigterm.log"));
+  const auto ckpts = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(ckpts.size(), 1u) << test::read_text(path("sigterm.log"));
+  const int64_t at = CheckpointReader(ckpts[0]).attr_int("/", "step");
+  EXPECT_LT(at, 150) << "the signal came too late to test anything";
+  EXPECT_EQ(static_cast<int64_t>(read_metrics(run + "/metrics.jsonl").size()), at);
+  EXPECT_NE(test::read_text(path("sigterm.log")).find("--resume"), std::string::npos);
+  // resumed to the end, the run is the uninterrupted one
+  auto r = test::run_bcdtrain("train --quiet --resume " + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = test::run_bcdtrain(args(ref, extra));
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  const auto mr = read_metrics(run + "/metrics.jsonl"), ms = read_metrics(ref + "/metrics.jsonl");
+  ASSERT_EQ(mr.size(), 150u);
+  ASSERT_EQ(ms.size(), 150u);
+  for (size_t i = 0; i < mr.size(); ++i) EXPECT_EQ(mr[i]["loss"].get<double>(), ms[i]["loss"].get<double>()) << i + 1;
+}
+
+// A process killed while writing a checkpoint leaves the previous one loadable and correct:
+// resuming from it reproduces the losses the killed run logged after it.
+TEST_F(Checkpoints, SigkillDuringAWriteLeavesThePreviousCheckpoint) {
+  const std::string run = path("sigkill");
+  // a model big enough that a checkpoint takes a while to write
+  const std::string extra = " --model.d_model=384 --model.d_ff=1024 --model.n_layers=6 --train.steps=40"
+                            " --train.checkpoint_every=2 --train.keep_checkpoints=0";
+  Background bg(args(run, extra), path("sigkill.log"));
+  bool killed = false;
+  for (int i = 0; i < 200000 && !killed; ++i) {
+    std::error_code ec;
+    int done = 0;
+    bool writing = false;
+    for (const auto& e : fs::directory_iterator(run + "/checkpoints", ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.find(".tmp-") != std::string::npos) writing = true;
+      else ++done;
+    }
+    if (writing && done >= 2) {
+      kill(bg.pid, SIGKILL);
+      killed = true;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (i % 1000 == 0 && waitpid(bg.pid, nullptr, WNOHANG) == bg.pid) break;  // finished first
+  }
+  ASSERT_TRUE(killed) << "never caught a checkpoint being written";
+  EXPECT_EQ(bg.wait(), 128 + SIGKILL);
+  const auto ckpts = list_checkpoints(run + "/checkpoints");
+  ASSERT_GE(ckpts.size(), 2u);
+  const int64_t prev = CheckpointReader(ckpts.back()).attr_int("/", "step");
+  const auto logged = read_metrics(run + "/metrics.jsonl");  // the killed run got past `prev`
+  ASSERT_GT(static_cast<int64_t>(logged.size()), prev);
+  const int64_t until = std::min<int64_t>(static_cast<int64_t>(logged.size()), prev + 2);
+  auto r = test::run_bcdtrain("train --quiet --resume " + ckpts.back() + " --train.run_dir=" + path("sigkill-resumed") +
+                              " --train.steps=40");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto resumed = read_metrics(path("sigkill-resumed") + "/metrics.jsonl");
+  ASSERT_GE(static_cast<int64_t>(resumed.size()), until - prev);
+  for (int64_t s = prev + 1; s <= until; ++s)
+    EXPECT_EQ(resumed[s - prev - 1]["loss"].get<double>(), logged[s - 1]["loss"].get<double>()) << "step " << s;
+  // the dead writer's temporary file is cleared by the next save of the resumed run... in its own dir
+  EXPECT_TRUE(fs::exists(path("sigkill-resumed") + "/checkpoints"));
+}
+
+TEST_F(Checkpoints, KeepsTheNewestN) {
+  const std::string run = path("keep");
+  auto r = test::run_bcdtrain(args(run, " --train.steps=7 --train.checkpoint_every=1 --train.keep_checkpoints=2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto c = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(fs::path(c[0]).filename(), "step-00000006.h5");
+  EXPECT_EQ(fs::path(c[1]).filename(), "step-00000007.h5");
+}
+
+TEST_F(Checkpoints, CorruptOrTruncatedCheckpointIsAClearError) {
+  const std::string run = path("corrupt");
+  auto r = test::run_bcdtrain(args(run, " --train.steps=3 --train.checkpoint_every=3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string good = run + "/checkpoints/step-00000003.h5";
+  const std::string text = test::read_text(good);
+  // truncated
+  test::write_text(path("truncated.h5"), text.substr(0, text.size() / 2));
+  auto t = test::run_bcdtrain("train --quiet --resume " + path("truncated.h5") + " --train.run_dir=" + path("t-run"));
+  EXPECT_EQ(t.exit_code, 2) << t.output;
+  EXPECT_NE(t.output.find("truncated.h5"), std::string::npos) << t.output;
+  // a flipped byte inside the embedding's data: caught by the dataset checksum
+  std::string bad = text;
+  bad[bad.size() / 3] ^= 0x40;
+  test::write_text(path("flipped.h5"), bad);
+  auto f = test::run_bcdtrain("train --quiet --resume " + path("flipped.h5") + " --train.run_dir=" + path("f-run"));
+  EXPECT_EQ(f.exit_code, 2) << f.output;
+  EXPECT_NE(f.output.find("flipped.h5"), std::string::npos) << f.output;
+  // a weights file is not a checkpoint
+  auto w = test::run_bcdtrain("train --quiet --resume " + run + "/model.h5");
+  EXPECT_EQ(w.exit_code, 2) << w.output;
+  EXPECT_NE(w.output.find("not a bcdtrain checkpoint"), std::string::npos) << w.output;
+  // nothing to resume
+  auto n = test::run_bcdtrain("train --quiet --resume " + path("no-such-run"));
+  EXPECT_EQ(n.exit_code, 2) << n.output;
+  // the good one still resumes (to a later end)
+  auto g = test::run_bcdtrain("train --quiet --resume " + good + " --train.steps=4 --train.run_dir=" + path("g-run"));
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+}
+
+}  // namespace
+}  // namespace bcd

@@ -1,0 +1,208 @@
+// Memory manager end to end, through `bcdtrain train`: NVMe homes train bitwise like memory
+// homes, the planner's bytes equal the runtime accounting, budgets refuse a run before it
+// starts, and low-RAM mode keeps the process's resident memory within its budget.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "io/weights.h"
+#include "memory/planner.h"
+#include "model/llama.h"
+#include "runtime/config.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(test::read_text(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+class MemoryRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir("bcd-memrun");
+    auto r = test::run_bcdtrain("prepare --input /usr/share/games/fortunes --out " + dir_->file("data") +
+                                " --vocab-size 2048");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  // Runs tiny.toml with `args` into run dir `name`; the config's overrides are returned too.
+  static test::RunResult train(const std::string& name, const std::string& args) {
+    return test::run_bcdtrain("train --quiet --config " + test::source_path("configs/tiny.toml") +
+                              " --data.path=" + dir_->file("data") + " --train.run_dir=" + dir_->file(name) +
+                              " --sample.prompts='[]' --train.val_batches=1 --train.log_every=1 " + args);
+  }
+  static std::string run(const std::string& name) { return dir_->file(name); }
+  static std::string nvme(const std::string& name) {
+    std::filesystem::create_directories(dir_->file("nvme-" + name));
+    return dir_->file("nvme-" + name);
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* MemoryRun::dir_ = nullptr;
+
+// ---- NVMe homes vs memory homes: bitwise ----
+
+class NvmeRun : public MemoryRun, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
+
+TEST_P(NvmeRun, BitwiseEqualToMemoryHomes) {
+  const auto [order, state] = GetParam();
+  const std::string common = " --model.d_model=64 --model.d_ff=192 --model.n_layers=4 --bcd.layers_per_block=1"
+                             " --train.steps=14 --train.batch_size=2 --train.seq_len=32 --bcd.switch_every=2"
+                             " --bcd.order=" + order + " --bcd.state_on_switch=" + state;
+  const std::string tag = order + "-" + state;
+  auto a = train("host-" + tag, common + " --memory.home=host");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = train("nvme-" + tag, common + " --memory.home=nvme --memory.nvme_paths='[\"" + nvme(tag) + "\"]'");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto ma = read_metrics(run("host-" + tag) + "/metrics.jsonl");
+  const auto mb = read_metrics(run("nvme-" + tag) + "/metrics.jsonl");
+  ASSERT_EQ(ma.size(), 14u);
+  ASSERT_EQ(mb.size(), ma.size());
+  for (size_t i = 0; i < ma.size(); ++i) {
+    EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(ma[i]["block"], mb[i]["block"]);
+  }
+  Config cfg;
+  apply_config_text(cfg, read_weights_config(run("host-" + tag) + "/model.h5"), "model.h5");
+  LlamaModel wa(cfg.model), wb(cfg.model);
+  load_weights(wa, run("host-" + tag) + "/model.h5");
+  load_weights(wb, run("nvme-" + tag) + "/model.h5");
+  for (int i = 0; i < wa.n_blocks(); ++i)
+    EXPECT_TRUE(torch::equal(wa.block(i).data(), wb.block(i).data())) << wa.block(i).name();
+  // the NVMe run moved its moments through NVMe; the memory run never touched it
+  const auto& la = ma.back()["staged_bytes"];
+  const auto& lb = mb.back()["staged_bytes"];
+  if (state == "keep") {
+    EXPECT_GT(lb["nvme_read"].get<uint64_t>(), 0u);
+    EXPECT_GT(lb["nvme_write"].get<uint64_t>(), 0u);
+    EXPECT_GT(la["host_read"].get<uint64_t>(), 0u);
+  }
+  EXPECT_EQ(la["nvme_read"].get<uint64_t>() + la["nvme_write"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(mb.back().contains("stall_ms_total"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, NvmeRun,
+                         ::testing::Combine(::testing::Values("random", "ascending"), ::testing::Values("keep", "reset")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+// ---- Planner vs runtime accounting ----
+
+void expect_close(uint64_t planned, uint64_t measured, const std::string& what) {
+  const double p = static_cast<double>(planned), m = static_cast<double>(measured);
+  EXPECT_LE(std::abs(p - m), 0.02 * std::max(p, 1.0)) << what << ": planned " << planned << ", measured " << measured;
+}
+
+void expect_plan_matches(const std::string& run_dir, const std::vector<std::string>& overrides) {
+  std::vector<std::string> ov = overrides;
+  ov.push_back("--model.vocab_size=2048");
+  const Config cfg = load_config(test::source_path("configs/tiny.toml"), ov);
+  const MemoryPlan plan = plan_memory(cfg.model, cfg.bcd, cfg.train, cfg.memory);
+  ASSERT_TRUE(plan.fits) << plan.why_not;
+  const auto m = read_metrics(run_dir + "/metrics.jsonl");
+  ASSERT_FALSE(m.empty());
+  const nlohmann::json& mem = m.back()["memory"];
+  auto peak = [&](const char* pool, const char* use) -> uint64_t {
+    const std::string k = std::string("peak_") + use;
+    return mem[pool].contains(k) ? mem[pool][k].get<uint64_t>() : 0;
+  };
+  for (int k = 0; k < kNumStateKinds; ++k) {
+    const char* kn = state_kind_name(static_cast<StateKind>(k));
+    expect_close(plan.compute.by_kind[k], peak("compute", kn), std::string("compute ") + kn);
+    expect_close(plan.host.by_kind[k], peak("host", kn), std::string("host ") + kn);
+    expect_close(plan.nvme.by_kind[k], peak("nvme", kn), std::string("nvme ") + kn);
+  }
+  expect_close(plan.pinned.staging, peak("pinned", "staging"), "pinned staging");
+  expect_close(plan.compute.total(), mem["compute"]["peak"].get<uint64_t>(), "compute total");
+  // and no pool ever went over its budget
+  for (const char* pool : {"compute", "pinned", "host"})
+    EXPECT_LE(mem[pool]["peak"].get<uint64_t>(), mem[pool]["budget"].get<uint64_t>()) << pool;
+}
+
+TEST_F(MemoryRun, PlannerMatchesAccountingOnTheTinyConfig) {
+  // every unit visited once (ascending, K = 1): the largest gradient has been allocated
+  const std::vector<std::string> ov = {"--train.steps=4", "--bcd.switch_every=1", "--bcd.order=ascending",
+                                       "--train.batch_size=2", "--train.seq_len=32"};
+  std::string args;
+  for (const auto& o : ov) args += " " + o;
+  auto r = train("plan-tiny", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_plan_matches(run("plan-tiny"), ov);
+}
+
+TEST_F(MemoryRun, PlannerMatchesAccountingOn12LayersWithHostAndNvme) {
+  // host memory for a few units' state; the rest on NVMe
+  const std::vector<std::string> ov = {"--model.n_layers=12",    "--model.d_model=128",   "--model.d_ff=384",
+                                       "--bcd.layers_per_block=1", "--train.steps=14",     "--bcd.switch_every=1",
+                                       "--bcd.order=ascending",  "--train.batch_size=2",  "--train.seq_len=32",
+                                       "--memory.host_bytes=\"8MiB\"", "--memory.nvme_paths='[\"" + nvme("plan12") + "\"]'"};
+  std::string args;
+  for (const auto& o : ov) args += " " + o;
+  auto r = train("plan-12", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto m = read_metrics(run("plan-12") + "/metrics.jsonl");
+  const auto& mem = m.back()["memory"];
+  EXPECT_GT(mem["host"]["peak"].get<uint64_t>(), 0u);
+  EXPECT_GT(mem["nvme"]["peak"].get<uint64_t>(), 0u);
+  std::vector<std::string> ov_cfg = ov;
+  ov_cfg.back() = "--memory.nvme_paths=[\"" + nvme("plan12") + "\"]";  // as load_config sees it (no shell)
+  expect_plan_matches(run("plan-12"), ov_cfg);
+}
+
+// ---- Budgets ----
+
+TEST_F(MemoryRun, OverBudgetPlanIsRefusedBeforeTraining) {
+  auto r = train("refused", "--memory.compute_bytes=\"8MiB\" --train.steps=2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("memory plan does not fit: compute tier needs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory.compute_bytes is 0.01 GiB"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(run("refused") + "/metrics.jsonl"));
+}
+
+TEST_F(MemoryRun, NvmeHomeWithoutPathsIsRefused) {
+  auto r = train("nopaths", "--memory.home=nvme --train.steps=2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("memory.nvme_paths is empty"), std::string::npos) << r.output;
+}
+
+// ---- Low-RAM mode ----
+
+// A model whose master + moments are about 3x memory.host_bytes: resident memory stays within
+// host_bytes + the compute tier (host memory on CPU builds) + a fixed runtime overhead.
+TEST_F(MemoryRun, LowRamKeepsResidentMemoryWithinTheBudget) {
+  constexpr uint64_t kOverhead = 320ull << 20;  // LibTorch, tokenizer, dataset, allocator slack
+  const uint64_t host_budget = 192ull << 20;
+  const std::string args = "--train.dtype=bf16 --model.d_model=512 --model.d_ff=1536 --model.n_layers=16"
+                           " --bcd.layers_per_block=1 --bcd.switch_every=1 --bcd.order=ascending --train.steps=18"
+                           " --train.batch_size=1 --train.seq_len=32 --memory.host_bytes=" +
+                           std::to_string(host_budget) + " --memory.nvme_paths='[\"" + nvme("lowram") + "\"]'";
+  auto r = train("lowram", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto m = read_metrics(run("lowram") + "/metrics.jsonl");
+  const auto& mem = m.back()["memory"];
+  const uint64_t state = mem["host"]["peak"].get<uint64_t>() + mem["nvme"]["peak"].get<uint64_t>();
+  EXPECT_GE(state, 3 * host_budget) << "the test needs state of at least 3x the host budget";
+  const uint64_t compute = mem["compute"]["peak"].get<uint64_t>();
+  const uint64_t rss = m.back()["rss_peak_bytes"].get<uint64_t>();
+  EXPECT_LE(rss, host_budget + compute + kOverhead)
+      << "VmHWM " << (rss >> 20) << " MiB; host " << (host_budget >> 20) << " + compute " << (compute >> 20)
+      << " + overhead " << (kOverhead >> 20) << " MiB";
+  // had the state stayed in RAM, the bound would not hold: the test can fail
+  EXPECT_GT(state, host_budget + kOverhead);
+  EXPECT_LE(mem["host"]["peak"].get<uint64_t>() + mem["pinned"]["peak"].get<uint64_t>(), host_budget);
+}
+
+}  // namespace
+}  // namespace bcd

@@ -1,0 +1,336 @@
+// Memory manager tests: accounting and budgets, the slab pool, the stager (prefetch, swap,
+// write-back; host and NVMe homes; I/O errors), and BlockAdamW over NVMe homes vs host homes.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "io/fault_engine.h"
+#include "memory/accounting.h"
+#include "memory/slab_pool.h"
+#include "memory/stager.h"
+#include "model/llama.h"
+#include "runtime/block_optimizer.h"
+#include "runtime/error.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---- Accounting ----
+
+TEST(Accounting, ChargesReleasesAndKeepsPeaks) {
+  MemoryAccounting a;
+  a.set_budget(Pool::kCompute, 1000);
+  {
+    Charge w(&a, Pool::kCompute, static_cast<int>(StateKind::kWorking), 600);
+    Charge g(&a, Pool::kCompute, static_cast<int>(StateKind::kGrad), 300);
+    EXPECT_EQ(a.usage(Pool::kCompute).total, 900u);
+  }
+  const PoolUsage u = a.usage(Pool::kCompute);
+  EXPECT_EQ(u.total, 0u);
+  EXPECT_EQ(u.total_peak, 900u);
+  EXPECT_EQ(u.peak[static_cast<int>(StateKind::kWorking)], 600u);
+  EXPECT_EQ(a.to_json()["compute"]["peak"], 900u);
+}
+
+TEST(Accounting, OverBudgetIsRefusedWithTheNumbers) {
+  MemoryAccounting a;
+  a.set_budget(Pool::kHost, 2 * kMiB);
+  Charge c(&a, Pool::kHost, static_cast<int>(StateKind::kAdamM), kMiB + kMiB / 2);
+  const std::string e = error_of([&] { Charge d(&a, Pool::kHost, static_cast<int>(StateKind::kAdamV), kMiB); });
+  EXPECT_NE(e.find("host pool would hold"), std::string::npos) << e;
+  EXPECT_NE(e.find("budget is 0.002 GiB"), std::string::npos) << e;
+  EXPECT_EQ(a.usage(Pool::kHost).total, kMiB + kMiB / 2);  // the refused charge left no trace
+  EXPECT_LE(a.usage(Pool::kHost).total_peak, 2 * kMiB);
+}
+
+TEST(SlabPool, FixedSlabsAlignedAndCharged) {
+  MemoryAccounting a;
+  SlabPool p(3, 5000, &a);
+  EXPECT_EQ(p.slab_bytes(), 8192u);
+  EXPECT_EQ(a.usage(Pool::kPinned).now[kUseStaging], 3u * 8192);
+  std::vector<int> got;
+  for (int i = 0; i < 3; ++i) got.push_back(p.acquire());
+  EXPECT_EQ(p.acquire(), -1);
+  for (int s : got) EXPECT_EQ(reinterpret_cast<uintptr_t>(p.slab(s)) % 4096, 0u);
+  p.release(got[1]);
+  EXPECT_EQ(p.acquire(), got[1]);
+}
+
+// ---- Stager ----
+
+// Units of different sizes; a reference copy of what each home should hold.
+struct StagerFixture {
+  test::TempDir dir{"bcd-stager"};
+  MemoryAccounting acct;
+  std::vector<StagedUnit> units;
+  StagerOptions opts;
+
+  StagerFixture(int n, Tier home, int depth = 1) {
+    for (int i = 0; i < n; ++i) {
+      StagedUnit u;
+      u.name = "u" + std::to_string(i);
+      u.kind_bytes[static_cast<int>(StateKind::kAdamM)] = (i + 1) * 40000 + 4 * i;
+      u.kind_bytes[static_cast<int>(StateKind::kAdamV)] = (i + 1) * 40000 + 4 * i;
+      u.home = home;
+      units.push_back(u);
+    }
+    opts.prefetch_depth = depth;
+    opts.nvme_paths = {dir.path()};
+  }
+};
+
+std::vector<char> pattern(uint64_t n, uint32_t seed) {
+  std::vector<char> v(n);
+  std::mt19937 g(seed);
+  for (auto& c : v) c = static_cast<char>(g());
+  return v;
+}
+
+class StagerHomes : public ::testing::TestWithParam<std::tuple<Tier, int>> {};
+
+// A random visiting sequence: every image that comes back is the one that went home last.
+TEST_P(StagerHomes, SwapsReturnWhatWentHome) {
+  const auto [home, depth] = GetParam();
+  StagerFixture f(5, home, depth);
+  Stager st(f.units, f.opts, &f.acct);
+  ASSERT_EQ(st.slab_count(), depth + 1);
+  uint64_t largest = 0;
+  for (const auto& u : f.units) largest = std::max(largest, u.bytes());
+  std::vector<char> compute(largest);
+  std::map<int, std::vector<char>> truth;  // what each home must give back
+  std::mt19937 g(7);
+  std::vector<int> seq;
+  for (int i = 0; i < 40; ++i) seq.push_back(static_cast<int>(g() % 5));
+  int active = -1;
+  for (size_t i = 0; i < seq.size(); ++i) {
+    const int to = seq[i];
+    if (to == active) continue;
+    const bool loaded = st.swap(active, to, compute.data());
+    EXPECT_EQ(loaded, truth.count(to) == 1) << "visit " << i;
+    if (loaded) {
+      ASSERT_EQ(std::memcmp(compute.data(), truth[to].data(), f.units[to].bytes()), 0) << "visit " << i;
+    }
+    // "train": new contents, which must come back next time
+    truth[to] = pattern(f.units[to].bytes(), static_cast<uint32_t>(i));
+    std::memcpy(compute.data(), truth[to].data(), f.units[to].bytes());
+    active = to;
+    for (int d = 1; d <= depth && i + d < seq.size(); ++d) st.prefetch(seq[i + d]);
+  }
+  st.flush();
+  for (auto& [u, want] : truth) {
+    if (u == active) continue;
+    std::vector<char> got(f.units[u].bytes());
+    ASSERT_TRUE(st.get(u, got.data()));
+    EXPECT_EQ(got, want) << "unit " << u;
+  }
+  const StagerStats& s = st.stats();
+  EXPECT_GT(s.switches, 20u);
+  if (home == Tier::kNvme) {
+    EXPECT_GT(s.nvme_read_bytes, 0u);
+    EXPECT_GT(s.nvme_write_bytes, 0u);
+    EXPECT_EQ(s.host_read_bytes, 0u);
+  } else {
+    EXPECT_EQ(s.nvme_read_bytes + s.nvme_write_bytes, 0u);
+    EXPECT_GT(s.host_read_bytes, 0u);
+  }
+  // the pinned pool is exactly (depth + 1) slabs of the largest image, never more
+  const PoolUsage pinned = f.acct.usage(Pool::kPinned);
+  EXPECT_EQ(pinned.total_peak, static_cast<uint64_t>(depth + 1) * ((largest + 4095) / 4096 * 4096));
+  const PoolUsage home_pool = f.acct.usage(home == Tier::kNvme ? Pool::kNvme : Pool::kHost);
+  uint64_t all = 0;
+  for (const auto& u : f.units) all += u.bytes();
+  EXPECT_EQ(home_pool.total, all);
+}
+
+INSTANTIATE_TEST_SUITE_P(Homes, StagerHomes,
+                         ::testing::Combine(::testing::Values(Tier::kPinned, Tier::kNvme), ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == Tier::kNvme ? "Nvme" : "Host") + "Depth" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// A Stager whose NVMe store injects `faults`.
+std::unique_ptr<Stager> faulty_stager(StagerFixture& f, std::vector<Fault> faults) {
+  auto plan = std::make_shared<FaultPlan>(std::move(faults));
+  f.opts.engine_factory = [plan](IoOp, const EngineOptions& eo) {
+    return std::make_unique<FaultEngine>(make_io_engine(eo), plan);
+  };
+  return std::make_unique<Stager>(f.units, f.opts, &f.acct);
+}
+
+TEST(StagerFaults, ReadErrorDuringPrefetchSurfacesAndComputeIsUntouched) {
+  StagerFixture f(3, Tier::kNvme);
+  auto st = faulty_stager(f, {Fault{IoOp::kRead, 1, FaultKind::kEio}});
+  std::vector<char> compute(f.units[2].bytes(), 1);
+  ASSERT_FALSE(st->swap(-1, 0, compute.data()));
+  ASSERT_FALSE(st->swap(0, 1, compute.data()));  // unit 0 goes to NVMe
+  st->prefetch(0);                               // its first read fails
+  std::vector<char> before = compute;
+  const std::string e = error_of([&] { st->swap(1, 0, compute.data()); });
+  EXPECT_NE(e.find("unit.u0"), std::string::npos) << e;
+  EXPECT_EQ(compute, before) << "no byte of a failed read may reach the compute tier";
+}
+
+TEST(StagerFaults, CorruptedWriteIsCaughtByTheChecksum) {
+  StagerFixture f(2, Tier::kNvme);
+  auto st = faulty_stager(f, {Fault{IoOp::kWrite, 1, FaultKind::kBitFlip, 12345}});
+  std::vector<char> compute(f.units[1].bytes(), 3);
+  ASSERT_FALSE(st->swap(-1, 0, compute.data()));
+  ASSERT_FALSE(st->swap(0, 1, compute.data()));  // unit 0's image is stored with a flipped bit
+  std::vector<char> before = compute;
+  const std::string e = error_of([&] { st->swap(1, 0, compute.data()); });
+  EXPECT_NE(e.find("checksum"), std::string::npos) << e;
+  EXPECT_EQ(compute, before);
+}
+
+TEST(StagerFaults, WriteBackErrorSurfacesAtFlush) {
+  StagerFixture f(2, Tier::kNvme);
+  auto st = faulty_stager(f, {Fault{IoOp::kWrite, 1, FaultKind::kEnospc}});
+  std::vector<char> compute(f.units[1].bytes(), 5);
+  ASSERT_FALSE(st->swap(-1, 0, compute.data()));
+  ASSERT_FALSE(st->swap(0, 1, compute.data()));
+  const std::string e = error_of([&] { st->flush(); });
+  EXPECT_NE(e.find("unit.u0"), std::string::npos) << e;
+  // the failed image is never handed out as valid
+  const std::string e2 = error_of([&] { st->swap(1, 0, compute.data()); });
+  EXPECT_FALSE(e2.empty());
+}
+
+TEST(StagerHomes, NvmeWithoutPathsIsAClearError) {
+  StagerFixture f(2, Tier::kNvme);
+  f.opts.nvme_paths.clear();
+  const std::string e = error_of([&] { Stager st(f.units, f.opts, &f.acct); });
+  EXPECT_NE(e.find("memory.nvme_paths"), std::string::npos) << e;
+}
+
+// ---- BlockAdamW over NVMe homes: bitwise the same as over host homes ----
+
+ModelConfig small_model() {
+  ModelConfig m;
+  m.vocab_size = 53;
+  m.d_model = 48;
+  m.n_layers = 4;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.d_ff = 64;
+  m.max_seq_len = 32;
+  m.init_std = 0.1;
+  return m;
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<torch::Tensor> weights, m, v;
+  StagerStats staging;
+};
+
+Trained train_small(torch::ScalarType dtype, const std::string& order, const std::string& blocks, bool keep,
+                    Tier home, const std::string& nvme_dir) {
+  const ModelConfig cfg = small_model();
+  LlamaModel model(cfg, dtype);
+  model.init_weights(5);
+  BcdConfig bc;
+  bc.enabled = true;
+  bc.blocks = blocks;
+  bc.switch_every = 2;
+  bc.order = order;
+  auto units = make_units(model, bc);
+  BcdScheduler sched(static_cast<int>(units.size()), bc, 9);
+  MemoryAccounting acct;
+  StateStorage storage;
+  storage.accounting = &acct;
+  storage.unit_home.assign(units.size(), home);
+  storage.stager.nvme_paths = {nvme_dir};
+  BlockAdamW opt(model, units, OptimConfig{}, keep, storage);
+  opt.activate(sched.current());
+  Trained out;
+  for (int t = 0; t < 3 * static_cast<int>(units.size()) * 2; ++t) {
+    opt.prefetch(sched.lookahead(1));
+    model.zero_grad();
+    torch::manual_seed(100 + t);
+    torch::Tensor batch = torch::randint(cfg.vocab_size, {2, 9}, torch::kInt64);
+    torch::Tensor loss = model.loss(batch, units[sched.current()].lowest_block());
+    loss.backward();
+    out.losses.push_back(loss.item<double>());
+    opt.step(5e-3);
+    if (sched.step()) opt.activate(sched.current());
+  }
+  opt.flush();
+  for (const Block& b : model.blocks()) out.weights.push_back(b.data().clone());
+  for (int b = 0; b < model.n_blocks(); ++b)
+    for (int s = 0; s < static_cast<int>(model.block(b).segments().size()); ++s) {
+      SegmentState st = opt.segment_state(b, s);
+      out.m.push_back(st.m.defined() ? st.m.clone() : torch::Tensor());
+      out.v.push_back(st.v.defined() ? st.v.clone() : torch::Tensor());
+      if (st.master.defined()) out.weights.push_back(st.master.clone());
+    }
+  out.staging = opt.staging();
+  return out;
+}
+
+class NvmeEqualsHost : public ::testing::TestWithParam<std::tuple<bool, std::string, std::string, bool>> {};
+
+TEST_P(NvmeEqualsHost, Bitwise) {
+  const auto [bf16, order, blocks, keep] = GetParam();
+  test::TempDir dir("bcd-staging");
+  const auto dtype = bf16 ? torch::kBFloat16 : torch::kFloat32;
+  const Trained a = train_small(dtype, order, blocks, keep, Tier::kPinned, dir.path());
+  const Trained b = train_small(dtype, order, blocks, keep, Tier::kNvme, dir.path());
+  ASSERT_EQ(a.losses, b.losses);
+  ASSERT_EQ(a.weights.size(), b.weights.size());
+  for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << i;
+  ASSERT_EQ(a.m.size(), b.m.size());
+  for (size_t i = 0; i < a.m.size(); ++i) {
+    ASSERT_EQ(a.m[i].defined(), b.m[i].defined()) << i;
+    if (a.m[i].defined()) {
+      EXPECT_TRUE(torch::equal(a.m[i], b.m[i]) && torch::equal(a.v[i], b.v[i])) << i;
+    }
+  }
+  // the NVMe run really went through NVMe (fp32 with reset moves nothing: masters are the weights)
+  if (keep || bf16) {
+    EXPECT_GT(b.staging.nvme_read_bytes, 0u);
+    EXPECT_GT(a.staging.host_read_bytes, 0u);
+  } else {
+    EXPECT_EQ(b.staging.nvme_write_bytes, 0u);
+  }
+  EXPECT_EQ(a.staging.nvme_write_bytes, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, NvmeEqualsHost,
+    ::testing::Combine(::testing::Bool(), ::testing::Values("random", "ascending"), ::testing::Values("layer", "attn_mlp"),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) ? "Bf16" : "Fp32") + "_" + std::get<1>(info.param) + "_" +
+             std::get<2>(info.param) + (std::get<3>(info.param) ? "_Keep" : "_Reset");
+    });
+
+// Moments survive a round trip through NVMe between visits (keep), and are zero after reset.
+TEST(BlockAdamWStaging, InactiveStateReadsBackFromItsHome) {
+  test::TempDir dir("bcd-staging");
+  for (bool keep : {true, false}) {
+    const Trained t = train_small(torch::kBFloat16, "ascending", "layer", keep, Tier::kNvme, dir.path());
+    int with_moments = 0;
+    for (const auto& m : t.m) with_moments += m.defined() ? 1 : 0;
+    if (keep) EXPECT_EQ(with_moments, static_cast<int>(t.m.size()));
+    else EXPECT_LT(with_moments, static_cast<int>(t.m.size()));
+  }
+}
+
+}  // namespace
+}  // namespace bcd
