@@ -208,7 +208,9 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
 
   // ---- Resume: weights, schedule, data position, optimizer state per unit ----
   int64_t first_step = 1;
+  double resume_s = 0;
   if (!resume_from.empty()) {
+    const auto t_resume = Clock::now();
     CheckpointReader ck(resume_from);
     first_step = ck.attr_int("/", "step") + 1;
     for (Block& b : model.blocks()) {
@@ -241,6 +243,7 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
       if (u != active) read_unit(u);
     block_opt->activate(static_cast<int>(active));
     read_unit(static_cast<int>(active));
+    resume_s = seconds_since(t_resume);
     if (first_step > tc.steps)
       user_error("{}: checkpoint is at step {} but train.steps is {}; give --train.steps=N to go further",
                  resume_from, first_step - 1, tc.steps);
@@ -289,6 +292,9 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
                     block_opt->stager().slab_count(), static_cast<double>(block_opt->stager().slab_bytes()) / (1 << 20),
                     static_cast<int>(units.size()) - on_nvme, on_nvme));
   }
+
+  if (!resume_from.empty())
+    say(fmt::format("resumed from {} at step {} (read in {:.2f} s)", resume_from, first_step - 1, resume_s));
 
   // ---- Loop ----
   const int64_t tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum;
@@ -339,7 +345,7 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
   };
 
   double metrics_checkpoint_s = 0;  // time spent writing checkpoints
-  StopSignals signals;
+  auto signals = std::make_unique<StopSignals>();  // only while steps run: ^C in sampling just stops
   for (int64_t step = first_step; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     if (switch_due && block_opt) block_opt->activate(sched.current());  // switch blocks
@@ -425,17 +431,18 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
     switch_due = sched.step();
 
     const bool last = step == tc.steps;
-    if (block_opt && (signals.fired() || (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last))))
+    if (block_opt && (signals->fired() || (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last))))
       metrics_checkpoint_s += save_checkpoint(step);
-    if (signals.fired()) {
-      sum.stopped_by_signal = signals.fired();
+    if (signals->fired()) {
+      sum.stopped_by_signal = signals->fired();
       sum.steps = step;
       // on stderr even when quiet: whoever sent the signal needs to know how to go on
-      fmt::print(stderr, "bcdtrain: stopped by signal {} after step {}{}\n", signals.fired(), step,
+      fmt::print(stderr, "bcdtrain: stopped by signal {} after step {}{}\n", sum.stopped_by_signal, step,
                  block_opt ? fmt::format("; continue with: bcdtrain train --resume {}", tc.run_dir) : "");
       return sum;
     }
   }
+  signals.reset();
   if (block_opt) {
     block_opt->flush();  // write-backs in flight: their errors surface here
     sum.staging = block_opt->staging();
