@@ -138,6 +138,7 @@ TEST_P(ExactResume, TwoNStraightEqualsNThenResumeN) {
   }
   auto c = test::run_bcdtrain("train --quiet --resume " + split);
   ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(c.output.find("warning"), std::string::npos) << c.output;
   const auto ma = read_metrics(straight + "/metrics.jsonl"), mb = read_metrics(split + "/metrics.jsonl");
   ASSERT_EQ(ma.size(), 20u);
   ASSERT_EQ(mb.size(), 20u);
@@ -268,6 +269,9 @@ TEST_F(Checkpoints, CorruptOrTruncatedCheckpointIsAClearError) {
   // the good one still resumes (to a later end)
   auto g = test::run_bcdtrain("train --quiet --resume " + good + " --train.steps=4 --train.run_dir=" + path("g-run"));
   EXPECT_EQ(g.exit_code, 0) << g.output;
+  // going further changes the LR schedule: allowed, and said
+  EXPECT_NE(g.output.find("warning: resuming with changed settings: train.steps (3 -> 4)"), std::string::npos)
+      << g.output;
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "io/bytes.h"
@@ -65,6 +67,39 @@ LlamaModel load_run_model(const std::string& run_dir, const Config& cfg) {
   LlamaModel model(cfg.model);
   load_weights(model, run_dir + "/model.h5");
   return model;
+}
+
+// Overrides that change what the remaining steps compute make a resumed run differ from the
+// uninterrupted one: allowed (e.g. a lower learning rate on purpose), but said.
+void warn_inexact_resume(Config stored, Config now) {
+  const std::set<std::string> harmless = {"train.run_dir", "train.val_every", "train.val_batches",
+                                          "train.log_every", "train.threads", "train.checkpoint_every",
+                                          "train.keep_checkpoints", "memory.", "sample."};
+  auto flat = [](Config& c) {
+    std::map<std::string, std::string> out;
+    std::istringstream in(config_to_toml(c));
+    std::string line, section;
+    while (std::getline(in, line)) {
+      if (line.size() > 2 && line.front() == '[') section = line.substr(1, line.find(']') - 1);
+      const auto eq = line.find(" = ");
+      if (eq != std::string::npos) out[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+    }
+    return out;
+  };
+  const auto a = flat(stored), b = flat(now);
+  std::vector<std::string> changed;
+  for (const auto& [key, value] : b) {
+    auto it = a.find(key);
+    if (it == a.end() || it->second == value) continue;
+    bool ok = false;
+    for (const auto& h : harmless) ok |= key == h || (h.back() == '.' && key.rfind(h, 0) == 0);
+    if (!ok) changed.push_back(fmt::format("{} ({} -> {})", key, it->second, value));
+  }
+  if (changed.empty()) return;
+  std::string list;
+  for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
+  fmt::print(stderr, "bcdtrain: warning: resuming with changed settings: {}; the run continues, but not as the "
+                     "uninterrupted run would have\n", list);
 }
 
 int run(int argc, char** argv) {
@@ -190,7 +225,9 @@ int run(int argc, char** argv) {
       if (!config_file.empty())
         user_error("train: --resume takes the config stored in the checkpoint; change it with --section.key=value, not --config");
       const std::string ckpt = resolve_checkpoint(resume);
-      Config cfg = load_config_text(CheckpointReader(ckpt).attr_str("/", "config"), ckpt, overrides);
+      const std::string stored = CheckpointReader(ckpt).attr_str("/", "config");
+      Config cfg = load_config_text(stored, ckpt, overrides);
+      warn_inexact_resume(load_config_text(stored, ckpt, {}), cfg);
       // Resuming a run directory continues in it, wherever it has moved.
       if (std::filesystem::is_directory(resume)) cfg.train.run_dir = resume;
       const TrainSummary s = run_training(cfg, quiet, ckpt);
