@@ -19,16 +19,9 @@
 namespace bcd {
 namespace {
 
-namespace fs = std::filesystem;
+using test::read_metrics;
 
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(test::read_text(path));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+namespace fs = std::filesystem;
 
 // A bcdtrain process in the background (output to a log file), for signals.
 struct Background {
@@ -83,8 +76,7 @@ class Checkpoints : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir("bcd-ckpt");
-    auto r = test::run_bcdtrain("prepare --input /usr/share/games/fortunes --out " + dir_->file("data") +
-                                " --vocab-size 2048");
+    auto r = test::prepare_fortunes(dir_->file("data"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() {

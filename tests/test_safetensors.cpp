@@ -28,14 +28,7 @@ std::string le64(uint64_t n) {
 // A file image: length field, header text as given (no padding), data.
 std::string image(const std::string& header, const std::string& data = "") { return le64(header.size()) + header + data; }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Safetensors, WriterOutputParsesBack) {
   test::TempDir dir;

@@ -21,14 +21,7 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // ---- Accounting ----
 

@@ -13,22 +13,14 @@
 namespace bcd {
 namespace {
 
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(test::read_text(path));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+using test::read_metrics;
 
 // One dataset of the demo corpus for the whole suite (prepare takes a few seconds).
 class TrainerRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir("bcd-trainer");
-    auto r = test::run_bcdtrain("prepare --input /usr/share/games/fortunes --out " + dir_->file("data") +
-                                " --vocab-size 2048");
+    auto r = test::prepare_fortunes(dir_->file("data"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() {

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "runtime/error.h"
+
 namespace bcd::test {
 
 TempDir::TempDir(const std::string& tag) {
@@ -36,6 +38,28 @@ RunResult run_bcdtrain(const std::string& args) {
   int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_text(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+RunResult prepare_fortunes(const std::string& out) {
+  return run_bcdtrain("prepare --input /usr/share/games/fortunes --out " + out + " --vocab-size 2048");
 }
 
 std::string read_text(const std::string& path) {

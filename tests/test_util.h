@@ -1,7 +1,11 @@
 // Helpers shared by the tests: temporary directories, running the bcdtrain binary, reading files.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace bcd::test {
 
@@ -29,6 +33,15 @@ RunResult run_bcdtrain(const std::string& args);
 
 std::string read_text(const std::string& path);
 void write_text(const std::string& path, const std::string& text);
+
+// The message of the UserError `f` throws, or "" when it throws none.
+std::string error_of(const std::function<void()>& f);
+
+// The records of a run's metrics.jsonl, in order.
+std::vector<nlohmann::json> read_metrics(const std::string& path);
+
+// `bcdtrain prepare` of the demo corpus (the fortunes, vocabulary 2048) into `out`.
+RunResult prepare_fortunes(const std::string& out);
 
 // Path of a source-tree file, e.g. source_path("configs/tiny.toml").
 std::string source_path(const std::string& rel);

@@ -221,10 +221,7 @@ SegmentState BlockAdamW::segment_state(int block, int segment) {
       }
       // Inactive: a copy of what its home holds (fresh state when it holds nothing yet).
       torch::Tensor img = torch::zeros({u.elems * (separate_master_ ? 3 : 2)}, torch::kFloat32);
-      const uint64_t moved = moved_bytes(u.elems);
-      std::vector<char> buf(moved);
-      const bool loaded = moved > 0 && stager_->get(unit, buf.data());
-      if (loaded) std::memcpy(img.data_ptr<float>(), buf.data(), moved);
+      const bool loaded = moved_bytes(u.elems) > 0 && stager_->get(unit, img.data_ptr<float>());  // the prefix
       SegmentState st = view_of(u, r, img.data_ptr<float>());
       if (separate_master_) {
         st.master = st.master.clone();

@@ -19,20 +19,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "kernels/adamw.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using bcd::bench::median;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  const size_t k = x.size() / 2;
-  return x.size() % 2 ? x[k] : 0.5 * (x[k - 1] + x[k]);
 }
 
 // Parallel std::memcpy over `chunk`-byte pieces, statically split over the threads like the

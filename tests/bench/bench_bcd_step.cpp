@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_util.h"
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
 #include "runtime/block_optimizer.h"
@@ -16,20 +17,11 @@
 #include "runtime/trainer.h"
 
 using namespace bcd;
+using bench::env_int;
+using bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-int env_int(const char* name, int dflt) {
-  const char* s = std::getenv(name);
-  return s && *s ? std::atoi(s) : dflt;
-}
 
 struct Side {
   LlamaModel model;

@@ -12,11 +12,13 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "bench_util.h"
 #include "io/dataset.h"
 #include "runtime/config.h"
 #include "runtime/trainer.h"
 
 using namespace bcd;
+using bench::env_double;
 
 namespace {
 
@@ -24,11 +26,6 @@ struct Method {
   const char* name;
   std::vector<std::string> overrides;
 };
-
-double env_double(const char* name, double dflt) {
-  const char* s = std::getenv(name);
-  return s && *s ? std::atof(s) : dflt;
-}
 
 }  // namespace
 

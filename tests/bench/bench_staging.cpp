@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memory/accounting.h"
+#include "bench_util.h"
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
 #include "runtime/block_optimizer.h"
@@ -21,20 +22,11 @@
 #include "runtime/trainer.h"
 
 using namespace bcd;
+using bench::env_int;
+using bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-int env_int(const char* name, int dflt) {
-  const char* s = std::getenv(name);
-  return s && *s ? std::atoi(s) : dflt;
-}
 
 struct Side {
   LlamaModel model;
