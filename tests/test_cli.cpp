@@ -42,6 +42,21 @@ TEST_F(Cli, UnknownConfigKey) { expect_exit2(train_args("--train.stepz=3"), {"st
 
 TEST_F(Cli, WrongType) { expect_exit2(train_args("--train.batch_size=big"), {"[train] batch_size", "expected an integer"}); }
 
+TEST_F(Cli, BadDevice) {
+  expect_exit2(train_args("--train.device=tpu"), {"[train] device", "\"cpu\", \"cuda\" or \"auto\"", "tpu"});
+}
+
+// Without a usable GPU, device = "cuda" is refused up front with the reason; auto falls back.
+TEST_F(Cli, CudaDeviceWithoutGpuSaysWhy) {
+  auto probe = test::run_bcdtrain(train_args("--train.device=cuda"));
+  if (probe.exit_code == 0) GTEST_SKIP() << "a CUDA device is usable here: nothing to refuse";
+  EXPECT_EQ(probe.exit_code, 2) << probe.output;
+  EXPECT_NE(probe.output.find("device = \"cuda\" but"), std::string::npos) << probe.output;
+  auto r = test::run_bcdtrain(train_args("--train.device=auto"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("on cpu"), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, UnknownKeyInFile) {
   test::write_text(dir_->file("bad.toml"), "[model]\nd_modle = 64\n");
   expect_exit2("train --config " + dir_->file("bad.toml"), {"bad.toml", "d_modle"});

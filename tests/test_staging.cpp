@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "runtime/block_optimizer.h"
 #include "runtime/error.h"
+#include "staging_test_helpers.h"
 #include "test_util.h"
 
 namespace bcd {
@@ -22,6 +23,10 @@ namespace {
 constexpr uint64_t kMiB = 1 << 20;
 
 using test::error_of;
+using test::train_small;
+using test::Trained;
+using test::StagerFixture;
+using test::pattern;
 
 // ---- Accounting ----
 
@@ -64,35 +69,29 @@ TEST(SlabPool, FixedSlabsAlignedAndCharged) {
   EXPECT_EQ(p.acquire(), got[1]);
 }
 
-// ---- Stager ----
+// ---- Compute copies (CPU: a worker thread) ----
 
-// Units of different sizes; a reference copy of what each home should hold.
-struct StagerFixture {
-  test::TempDir dir{"bcd-stager"};
-  MemoryAccounting acct;
-  std::vector<StagedUnit> units;
-  StagerOptions opts;
-
-  StagerFixture(int n, Tier home, int depth = 1) {
-    for (int i = 0; i < n; ++i) {
-      StagedUnit u;
-      u.name = "u" + std::to_string(i);
-      u.kind_bytes[static_cast<int>(StateKind::kAdamM)] = (i + 1) * 40000 + 4 * i;
-      u.kind_bytes[static_cast<int>(StateKind::kAdamV)] = (i + 1) * 40000 + 4 * i;
-      u.home = home;
-      units.push_back(u);
-    }
-    opts.prefetch_depth = depth;
-    opts.nvme_paths = {dir.path()};
-  }
-};
-
-std::vector<char> pattern(uint64_t n, uint32_t seed) {
-  std::vector<char> v(n);
-  std::mt19937 g(seed);
-  for (auto& c : v) c = static_cast<char>(g());
-  return v;
+// copy_out then copy_in over the same compute memory: the image leaves before the next arrives,
+// and fence() hands the compute side both results.
+TEST(ComputeCopier, ThreadCopiesInIssueOrderAndFenceWaits) {
+  auto c = make_thread_copier();
+  EXPECT_FALSE(c->on_cuda());
+  const uint64_t n = 24 * kMiB;
+  std::vector<char> compute = pattern(n, 1), in = pattern(n, 2), out(n, 0);
+  const std::vector<char> old = compute;
+  const auto t_out = c->copy_out(out.data(), compute.data(), n);
+  const auto t_in = c->copy_in(compute.data(), in.data(), n);
+  c->fence();
+  EXPECT_TRUE(c->done(t_out) && c->done(t_in));
+  EXPECT_TRUE(out == old) << "copy_out must read the image before copy_in overwrites it";
+  EXPECT_TRUE(compute == in);
+  EXPECT_GT(c->copy_seconds(), 0.0);
+  const auto t = c->copy_out(out.data(), in.data(), 4096);
+  c->wait(t);
+  EXPECT_TRUE(c->done(t));
 }
+
+// ---- Stager ----
 
 class StagerHomes : public ::testing::TestWithParam<std::tuple<Tier, int>> {};
 
@@ -114,6 +113,7 @@ TEST_P(StagerHomes, SwapsReturnWhatWentHome) {
     const int to = seq[i];
     if (to == active) continue;
     const bool loaded = st.swap(active, to, compute.data());
+    st.fence();  // the copies were only enqueued
     EXPECT_EQ(loaded, truth.count(to) == 1) << "visit " << i;
     if (loaded) {
       ASSERT_EQ(std::memcmp(compute.data(), truth[to].data(), f.units[to].bytes()), 0) << "visit " << i;
@@ -212,69 +212,6 @@ TEST(StagerHomes, NvmeWithoutPathsIsAClearError) {
 }
 
 // ---- BlockAdamW over NVMe homes: bitwise the same as over host homes ----
-
-ModelConfig small_model() {
-  ModelConfig m;
-  m.vocab_size = 53;
-  m.d_model = 48;
-  m.n_layers = 4;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.d_ff = 64;
-  m.max_seq_len = 32;
-  m.init_std = 0.1;
-  return m;
-}
-
-struct Trained {
-  std::vector<double> losses;
-  std::vector<torch::Tensor> weights, m, v;
-  StagerStats staging;
-};
-
-Trained train_small(torch::ScalarType dtype, const std::string& order, const std::string& blocks, bool keep,
-                    Tier home, const std::string& nvme_dir) {
-  const ModelConfig cfg = small_model();
-  LlamaModel model(cfg, dtype);
-  model.init_weights(5);
-  BcdConfig bc;
-  bc.enabled = true;
-  bc.blocks = blocks;
-  bc.switch_every = 2;
-  bc.order = order;
-  auto units = make_units(model, bc);
-  BcdScheduler sched(static_cast<int>(units.size()), bc, 9);
-  MemoryAccounting acct;
-  StateStorage storage;
-  storage.accounting = &acct;
-  storage.unit_home.assign(units.size(), home);
-  storage.stager.nvme_paths = {nvme_dir};
-  BlockAdamW opt(model, units, OptimConfig{}, keep, storage);
-  opt.activate(sched.current());
-  Trained out;
-  for (int t = 0; t < 3 * static_cast<int>(units.size()) * 2; ++t) {
-    opt.prefetch(sched.lookahead(1));
-    model.zero_grad();
-    torch::manual_seed(100 + t);
-    torch::Tensor batch = torch::randint(cfg.vocab_size, {2, 9}, torch::kInt64);
-    torch::Tensor loss = model.loss(batch, units[sched.current()].lowest_block());
-    loss.backward();
-    out.losses.push_back(loss.item<double>());
-    opt.step(5e-3);
-    if (sched.step()) opt.activate(sched.current());
-  }
-  opt.flush();
-  for (const Block& b : model.blocks()) out.weights.push_back(b.data().clone());
-  for (int b = 0; b < model.n_blocks(); ++b)
-    for (int s = 0; s < static_cast<int>(model.block(b).segments().size()); ++s) {
-      SegmentState st = opt.segment_state(b, s);
-      out.m.push_back(st.m.defined() ? st.m.clone() : torch::Tensor());
-      out.v.push_back(st.v.defined() ? st.v.clone() : torch::Tensor());
-      if (st.master.defined()) out.weights.push_back(st.master.clone());
-    }
-  out.staging = opt.staging();
-  return out;
-}
 
 class NvmeEqualsHost : public ::testing::TestWithParam<std::tuple<bool, std::string, std::string, bool>> {};
 

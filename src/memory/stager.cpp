@@ -55,6 +55,7 @@ Stager::Stager(std::vector<StagedUnit> units, StagerOptions opts, MemoryAccounti
   }
   pool_ = std::make_unique<SlabPool>(largest > 0 ? opts_.prefetch_depth + 1 : 0, largest, acct_);
   if (store_) store_->register_buffer(pool_->base(), pool_->bytes());
+  copier_ = opts_.compute_on_cuda ? make_cuda_copier() : make_thread_copier();
 }
 
 Stager::~Stager() {
@@ -69,6 +70,7 @@ Stager::~Stager() {
     } catch (const std::exception&) {
     }
   }
+  copier_.reset();  // drains copies into compute memory and out of slabs before either is freed
 }
 
 void Stager::start(Op& op) {
@@ -111,22 +113,58 @@ void Stager::wait_host_write(int unit) {
   host_writes_.erase(it);
 }
 
+bool Stager::write_done(const Op& op) {
+  if (!op.started) return false;
+  return units_[op.unit].home == Tier::kNvme ? store_->done(op.ticket) : ready(op.copy);
+}
+
+void Stager::start_write(Op& op) {
+  if (op.started) return;
+  copier_->wait(op.filled);
+  op.started = true;
+  start(op);
+}
+
+void Stager::poll() {
+  for (size_t i = 0; i < ins_.size();) {
+    if (copier_->done(ins_[i].token)) {
+      pool_->release(ins_[i].slab);
+      ins_.erase(ins_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  for (Op& w : writes_)
+    if (!w.started && copier_->done(w.filled)) start_write(w);
+}
+
+void Stager::start_writes_of(int unit) {
+  for (Op& w : writes_)
+    if (w.unit == unit) start_write(w);
+}
+
 int Stager::take_slab() {
+  poll();
   // Finished write-backs give their slabs back first (and report their errors).
-  while (!writes_.empty()) {
-    Op& w = writes_.front();
-    const bool done = units_[w.unit].home == Tier::kNvme ? store_->done(w.ticket) : ready(w.copy);
-    if (!done) break;
-    Op op = w;
+  while (!writes_.empty() && write_done(writes_.front())) {
+    Op op = writes_.front();
     writes_.erase(writes_.begin());
     pool_->release(op.slab);
     finish(op);
   }
   int s = pool_->acquire();
   if (s >= 0) return s;
+  if (!ins_.empty()) {  // a copy into the compute tier still holds one: the oldest
+    const InCopy c = ins_.front();
+    ins_.erase(ins_.begin());
+    copier_->wait(c.token);
+    pool_->release(c.slab);
+    return pool_->acquire();
+  }
   if (!writes_.empty()) {  // wait for the oldest write-back
     Op op = writes_.front();
     writes_.erase(writes_.begin());
+    start_write(op);
     pool_->release(op.slab);
     finish(op);
     return pool_->acquire();
@@ -138,10 +176,14 @@ void Stager::prefetch(int unit) {
   BCD_CHECK(unit >= 0 && unit < n_units(), "prefetch of unit {}", unit);
   if (unit == active_ || units_[unit].bytes() == 0 || !has_data_[unit] || reads_.count(unit)) return;
   if (static_cast<int>(reads_.size()) >= opts_.prefetch_depth) return;
-  // Never block the training thread here: without a free slab the prefetch waits for a later call.
+  // Never block the training thread here: without a free slab, or while the unit's own image is
+  // still on its way out of the compute tier, the prefetch waits for a later call.
+  poll();
   bool free_slab = pool_->free_count() > 0;
-  for (const Op& w : writes_)
-    free_slab |= units_[w.unit].home == Tier::kNvme ? store_->done(w.ticket) : ready(w.copy);
+  for (const Op& w : writes_) {
+    if (w.unit == unit && !w.started) return;
+    free_slab |= write_done(w);
+  }
   if (!free_slab) return;
   Op op;
   op.unit = unit, op.slab = take_slab(), op.read = true;
@@ -158,6 +200,7 @@ bool Stager::swap(int from, int to, void* compute) {
   int in = -1;
   if (units_[to].bytes() > 0 && has_data_[to]) {
     if (!reads_.count(to)) {
+      start_writes_of(to);  // its last image must reach home before it is read back
       Op op;
       op.unit = to, op.slab = take_slab(), op.read = true;
       start(op);
@@ -177,36 +220,47 @@ bool Stager::swap(int from, int to, void* compute) {
   int out = -1;
   if (from >= 0 && units_[from].bytes() > 0) out = take_slab();
   const double stall = since(t0);
-  // 3. compute -> slab -> (async) home; slab -> compute.
-  const auto t1 = Clock::now();
+  // 3. Enqueue compute -> slab (its write-back starts when it is done), then slab -> compute.
   if (out >= 0) {
     const uint64_t n = units_[from].bytes();
-    std::memcpy(pool_->slab(out), compute, n);
-    stats_.compute_out_bytes += n;
     Op op;
-    op.unit = from, op.slab = out, op.read = false;
-    start(op);
+    op.unit = from, op.slab = out, op.read = false, op.started = false;
+    op.filled = copier_->copy_out(pool_->slab(out), compute, n);
+    stats_.compute_out_bytes += n;
     writes_.push_back(op);
     has_data_[from] = true;
   }
   if (in >= 0) {
     const uint64_t n = units_[to].bytes();
-    std::memcpy(compute, pool_->slab(in), n);
+    ins_.push_back({in, copier_->copy_in(compute, pool_->slab(in), n)});
     stats_.compute_in_bytes += n;
-    pool_->release(in);
   }
   active_ = to;
-  stats_.copy_s += since(t1);
   stats_.switches += 1;
   stats_.stall_s += stall;
   stats_.last_stall_s = stall;
   return in >= 0;
 }
 
+void Stager::fence() {
+  const auto t0 = Clock::now();
+  copier_->fence();
+  const double waited = since(t0);
+  stats_.fence_s += waited;
+  stats_.stall_s += waited;
+  poll();
+}
+
+const StagerStats& Stager::stats() const {
+  stats_.copy_s = copier_->copy_seconds();
+  return stats_;
+}
+
 bool Stager::get(int unit, void* dst) {
   BCD_CHECK(unit != active_, "get of the active unit {}", unit);
   const uint64_t n = units_.at(unit).bytes();
   if (n == 0 || !has_data_[unit]) return false;
+  start_writes_of(unit);
   auto it = reads_.find(unit);
   if (it != reads_.end()) {  // prefetched: the slab holds the image
     finish(it->second);
@@ -234,6 +288,7 @@ void Stager::put(int unit, const void* src) {
   BCD_CHECK(unit != active_, "put of the active unit {}", unit);
   const uint64_t n = units_.at(unit).bytes();
   if (n == 0) return;
+  start_writes_of(unit);
   auto it = reads_.find(unit);
   if (it != reads_.end()) {  // the prefetched image is stale now
     Op op = it->second;
@@ -260,9 +315,15 @@ void Stager::put(int unit, const void* src) {
 }
 
 void Stager::flush() {
+  for (const InCopy& c : ins_) {
+    copier_->wait(c.token);
+    pool_->release(c.slab);
+  }
+  ins_.clear();
   while (!writes_.empty()) {
     Op op = writes_.front();
     writes_.erase(writes_.begin());
+    start_write(op);
     pool_->release(op.slab);
     finish(op);
   }

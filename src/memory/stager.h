@@ -4,10 +4,13 @@
 //
 //   prefetch   home -> slab            async (NVMe reads on the store's read queue; host copies on
 //                                      a thread), started from the scheduler's look-ahead
-//   swap       compute -> slab, slab -> compute, at the switch; waits only for a late prefetch
-//              or a slab still being written back (the stall, measured)
-//   write-back slab -> home            async (the store's write queue: never ahead of a prefetch)
+//   swap       compute -> slab, slab -> compute, enqueued at the switch on the compute copier
+//              (CUDA: two copy streams ordered by events; CPU: a worker thread); waits only for
+//              a late prefetch or a slab still being written back (the stall, measured)
+//   write-back slab -> home            async, started once the compute -> slab copy is done
+//                                      (the store's write queue: never ahead of a prefetch)
 //
+// After swap() the compute memory may still be in flight: call fence() before touching it.
 // Knows bytes and units, not layers or losses. Not thread-safe: the training thread drives it.
 #pragma once
 
@@ -23,6 +26,7 @@
 #include "io/direct_io.h"
 #include "io/extent_store.h"
 #include "memory/accounting.h"
+#include "memory/compute_copy.h"
 #include "memory/slab_pool.h"
 #include "memory/tier.h"
 
@@ -40,13 +44,16 @@ struct StagerOptions {
   std::vector<std::string> nvme_paths;    // directories of the NVMe tier (needed when a home is kNvme)
   StoreOptions store;
   ExtentStore::EngineFactory engine_factory;  // tests: fault injection
+  bool compute_on_cuda = false;           // compute memory is CUDA device memory (copy streams)
 };
 
 struct StagerStats {
   uint64_t switches = 0;
-  double stall_s = 0;        // waiting at switches for late prefetches / busy slabs
+  double stall_s = 0;        // the training thread waiting for staging: late prefetches, busy
+                             // slabs at switches, and compute copies not done at a fence
   double last_stall_s = 0;   // of the latest switch
-  double copy_s = 0;         // compute <-> slab copies at switches
+  double fence_s = 0;        // the part of stall_s spent at fences
+  double copy_s = 0;         // compute <-> slab copies (the copy engine's time, off the training thread)
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
   uint64_t host_read_bytes = 0, host_write_bytes = 0;   // resident host copies <-> slabs
   uint64_t compute_in_bytes = 0, compute_out_bytes = 0; // slabs <-> compute tier
@@ -73,10 +80,17 @@ class Stager {
   void prefetch(int unit);
 
   // The switch from `from` (-1: none) to `to`: `from`'s image (its first unit_bytes(from) bytes of
-  // `compute`) goes home, then `to`'s image is copied into `compute`. Returns false when `to` has
-  // no data yet (then `compute` holds nothing of it: the caller initialises it). UserError when a
+  // `compute`) goes home, then `to`'s image is copied into `compute`; both copies are enqueued,
+  // not done: fence() before touching `compute`. Returns false when `to` has no data yet (then
+  // `compute` will hold nothing of it: the caller initialises it after fence()). UserError when a
   // transfer failed (I/O error, checksum mismatch), before any of `to`'s bytes reach `compute`.
   bool swap(int from, int to, void* compute);
+
+  // Compute-side work issued after this sees the latest swap's copies done and never races
+  // them (CPU: waits, counted as stall; CUDA: orders the compute stream, host returns at once).
+  // Also starts write-backs whose copies finished. Cheap: call before every update.
+  void fence();
+  bool on_cuda() const { return copier_->on_cuda(); }
 
   // Synchronous access to a unit's home image (checkpoints, tests); not for the active unit.
   // `dst` gets unit_bytes(unit) bytes; false when the unit has no data yet.
@@ -86,7 +100,7 @@ class Stager {
   // Waits for every write-back; UserError if one failed.
   void flush();
 
-  const StagerStats& stats() const { return stats_; }
+  const StagerStats& stats() const;
   uint64_t slab_bytes() const { return pool_->slab_bytes(); }
   int slab_count() const { return pool_->count(); }
   const ExtentStore* store() const { return store_.get(); }
@@ -99,10 +113,21 @@ class Stager {
     bool read = true;
     Ticket ticket = 0;                // NVMe
     std::shared_future<void> copy;    // host
+    ComputeCopier::Token filled = 0;  // write-back: the compute -> slab copy it waits for
+    bool started = true;              // write-back: submitted to its home
     bool waited = false;
+  };
+  // A slab whose image is being copied into the compute tier.
+  struct InCopy {
+    int slab;
+    ComputeCopier::Token token;
   };
   void start(Op& op);
   void finish(Op& op);                // waits; throws on failure
+  void start_write(Op& op);           // waits for its compute copy, then submits it
+  void poll();                        // starts write-backs / frees slabs whose copies finished
+  void start_writes_of(int unit);     // before anything reads `unit`'s home
+  bool write_done(const Op& op);
   int take_slab();                    // a free slab, waiting for the oldest write-back if needed
   void wait_host_write(int unit);
 
@@ -119,7 +144,9 @@ class Stager {
   std::map<int, Op> reads_;           // by unit: prefetches
   std::vector<Op> writes_;            // write-backs in flight, oldest first
   std::map<int, std::shared_future<void>> host_writes_;  // by unit: ordering of host copies
-  StagerStats stats_;
+  std::vector<InCopy> ins_;           // slabs whose copy into the compute tier is in flight
+  std::unique_ptr<ComputeCopier> copier_;  // after pool_: drained before the slabs go
+  mutable StagerStats stats_;
 };
 
 }  // namespace bcd

@@ -220,7 +220,7 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from) co
   torch::Tensor x;
   {
     torch::AutoGradMode mode(grad_on && grad_from <= 0);
-    x = torch::embedding(embed_weight(), tokens);
+    x = torch::embedding(embed_weight(), tokens.to(opts_.device()));
   }
   for (int i = 0; i < n_layers; ++i) {
     const bool grad_here = grad_on && (i + 1) >= grad_from;
@@ -238,7 +238,8 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from) co
   return dense(hn, head_weight());
 }
 
-torch::Tensor LlamaModel::loss(const torch::Tensor& batch, int grad_from) const {
+torch::Tensor LlamaModel::loss(const torch::Tensor& batch_in, int grad_from) const {
+  const torch::Tensor batch = batch_in.to(opts_.device());  // loaders and samplers build on the CPU
   const int64_t t = batch.size(1) - 1;
   torch::Tensor inputs = batch.narrow(1, 0, t), targets = batch.narrow(1, 1, t);
   torch::Tensor logits = forward(inputs, grad_from);

@@ -6,6 +6,9 @@
 
 #include "kernels/adamw.h"
 #include "runtime/error.h"
+#ifdef BCD_HAVE_CUDA_KERNELS
+#include "kernels/adamw_cuda.h"
+#endif
 
 namespace bcd {
 
@@ -44,7 +47,9 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
   if (separate_master_) image_charges_.emplace_back(acct_, Pool::kCompute, static_cast<int>(StateKind::kMaster), region);
   image_charges_.emplace_back(acct_, Pool::kCompute, static_cast<int>(StateKind::kAdamM), region);
   image_charges_.emplace_back(acct_, Pool::kCompute, static_cast<int>(StateKind::kAdamV), region);
-  image_ = torch::zeros({largest * (separate_master_ ? 3 : 2)}, torch::kFloat32);
+  const torch::Device device = model.block(0).data().device();
+  on_cuda_ = device.is_cuda();
+  image_ = torch::zeros({largest * (separate_master_ ? 3 : 2)}, torch::TensorOptions(torch::kFloat32).device(device));
 
   // Homes of what outlives a visit. With a single unit nothing ever leaves the compute tier.
   std::vector<StagedUnit> staged(units_.size());
@@ -59,7 +64,9 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
       staged[i].kind_bytes[static_cast<int>(StateKind::kAdamV)] = b;
     }
   }
-  stager_ = std::make_unique<Stager>(std::move(staged), storage.stager, acct_);
+  StagerOptions so = storage.stager;
+  so.compute_on_cuda = on_cuda_;  // the switch's copies on CUDA copy streams, else a thread
+  stager_ = std::make_unique<Stager>(std::move(staged), so, acct_);
 }
 
 BlockAdamW::~BlockAdamW() = default;
@@ -72,6 +79,7 @@ uint64_t BlockAdamW::moved_bytes(int64_t s) const {
 void BlockAdamW::fill_fresh(int unit, bool master) {
   const UnitLayout& u = layout_[unit];
   torch::NoGradGuard ng;
+  stager_->fence();
   if (master && separate_master_)
     for (const SegRef& r : u.segs) {
       const Segment& seg = model_.block(r.block).segments()[r.segment];
@@ -95,6 +103,7 @@ void BlockAdamW::activate(int unit) {
     if (!loaded) fill_fresh(unit, /*master=*/true);
   }
   if (!keep_state_ || !has_moments_[unit]) {  // moments start at zero
+    stager_->fence();
     image_.narrow(0, m_at(layout_[unit].elems), 2 * layout_[unit].elems).zero_();
     steps_[unit] = 0;
   }
@@ -115,6 +124,7 @@ void BlockAdamW::step(double lr) {
   torch::NoGradGuard ng;
   const UnitLayout& u = layout_[active_];
   steps_[active_] += 1;
+  stager_->fence();  // the switch's copies: a CPU run waits for them here, after forward/backward
   float* image = image_.data_ptr<float>();
   for (const SegRef& r : u.segs) {
     Block& blk = model_.block(r.block);
@@ -129,7 +139,19 @@ void BlockAdamW::step(double lr) {
     h.step = steps_[active_];
     float* m = image + m_at(u.elems) + r.offset;
     float* v = image + v_at(u.elems) + r.offset;
-    if (!separate_master_) {
+    if (on_cuda_) {
+#ifdef BCD_HAVE_CUDA_KERNELS
+      // Enqueued on the compute stream, after the fence's waits on the copy streams.
+      const bool bf16 = separate_master_;
+      float* master = bf16 ? image + master_at(u.elems) + r.offset : blk.data().data_ptr<float>() + seg.begin;
+      const void* grad = bf16 ? static_cast<const void*>(reinterpret_cast<const uint16_t*>(blk.grad().data_ptr<at::BFloat16>()) + seg.begin)
+                              : static_cast<const void*>(blk.grad().data_ptr<float>() + seg.begin);
+      uint16_t* work = bf16 ? reinterpret_cast<uint16_t*>(blk.data().data_ptr<at::BFloat16>()) + seg.begin : nullptr;
+      adamw_step_cuda(master, grad, bf16, m, v, r.numel, h, work, nullptr);
+#else
+      BCD_CHECK(false, "CUDA state in a build without CUDA kernels");
+#endif
+    } else if (!separate_master_) {
       float* master = blk.data().data_ptr<float>() + seg.begin;
       const float* grad = blk.grad().data_ptr<float>() + seg.begin;
       adamw_step_cpu(master, grad, m, v, r.numel, h, nullptr);
@@ -163,7 +185,9 @@ std::vector<float> BlockAdamW::unit_state(int unit, int64_t* steps) {
   *steps = steps_[unit];
   if (unit == active_) {
     const int64_t n = u.elems * (separate_master_ ? 3 : 2);
-    const float* p = image_.data_ptr<float>();
+    stager_->fence();
+    const torch::Tensor host = image_.narrow(0, 0, n).to(torch::kCPU).contiguous();
+    const float* p = host.data_ptr<float>();
     return std::vector<float>(p, p + n);
   }
   const uint64_t moved = moved_bytes(u.elems);
@@ -181,7 +205,9 @@ void BlockAdamW::restore_unit_state(int unit, const std::vector<float>& image, i
     if (static_cast<int64_t>(image.size()) != n)
       user_error("{}: active unit {} has {} state elements, the model needs {}", where, units_[unit].name,
                  image.size(), n);
-    std::memcpy(image_.data_ptr<float>(), image.data(), n * sizeof(float));
+    stager_->fence();
+    torch::NoGradGuard ng;
+    image_.narrow(0, 0, n).copy_(torch::from_blob(const_cast<float*>(image.data()), {n}, torch::kFloat32));
     steps_[unit] = steps;
     has_moments_[unit] = true;
     return;
@@ -197,10 +223,8 @@ void BlockAdamW::restore_unit_state(int unit, const std::vector<float>& image, i
   has_moments_[unit] = keep_state_;
 }
 
-SegmentState BlockAdamW::view_of(const UnitLayout& u, const SegRef& r, const float* image) {
-  auto region = [&](int64_t at) {
-    return torch::from_blob(const_cast<float*>(image) + at + r.offset, {r.numel}, torch::kFloat32);
-  };
+SegmentState BlockAdamW::view_of(const UnitLayout& u, const SegRef& r, const torch::Tensor& image) {
+  auto region = [&](int64_t at) { return image.narrow(0, at + r.offset, r.numel); };
   SegmentState st;
   if (separate_master_) st.master = region(master_at(u.elems));
   st.m = region(m_at(u.elems));
@@ -215,14 +239,15 @@ SegmentState BlockAdamW::segment_state(int block, int segment) {
       if (r.block != block || r.segment != segment) continue;
       const int unit = static_cast<int>(ui);
       if (unit == active_) {
-        SegmentState st = view_of(u, r, image_.data_ptr<float>());
+        stager_->fence();
+        SegmentState st = view_of(u, r, image_);
         st.step = steps_[unit];
         return st;
       }
       // Inactive: a copy of what its home holds (fresh state when it holds nothing yet).
       torch::Tensor img = torch::zeros({u.elems * (separate_master_ ? 3 : 2)}, torch::kFloat32);
       const bool loaded = moved_bytes(u.elems) > 0 && stager_->get(unit, img.data_ptr<float>());  // the prefix
-      SegmentState st = view_of(u, r, img.data_ptr<float>());
+      SegmentState st = view_of(u, r, img);
       if (separate_master_) {
         st.master = st.master.clone();
         if (!loaded) {

@@ -100,7 +100,7 @@ class BlockAdamW {
   uint64_t moved_bytes(int64_t s) const;  // the image prefix that outlives a visit
 
   void fill_fresh(int unit, bool master);  // master from the working weights, moments zero
-  SegmentState view_of(const UnitLayout& u, const SegRef& r, const float* image);
+  SegmentState view_of(const UnitLayout& u, const SegRef& r, const torch::Tensor& image);
 
   LlamaModel& model_;
   std::vector<TrainUnit> units_;
@@ -108,6 +108,7 @@ class BlockAdamW {
   OptimConfig cfg_;
   bool keep_state_;
   bool separate_master_;
+  bool on_cuda_ = false;             // working weights and the compute image in CUDA memory
   int active_ = -1;
   std::vector<int64_t> steps_;       // per unit: updates applied with its moments
   std::vector<bool> has_moments_;    // per unit

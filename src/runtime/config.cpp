@@ -285,6 +285,8 @@ void validate_config(const Config& c) {
   if (t.run_dir.empty()) user_error("config: [train] run_dir must not be empty");
   if (t.dtype != "fp32" && t.dtype != "bf16")
     user_error("config: [train] dtype: expected \"fp32\" or \"bf16\", got \"{}\"", t.dtype);
+  if (t.device != "cpu" && t.device != "cuda" && t.device != "auto")
+    user_error("config: [train] device: expected \"cpu\", \"cuda\" or \"auto\", got \"{}\"", t.device);
   if (!shape_from_file && t.seq_len > m.max_seq_len)
     user_error("config: [train] seq_len ({}) exceeds [model] max_seq_len ({})", t.seq_len, m.max_seq_len);
   const OptimConfig& o = c.optim;

@@ -73,6 +73,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;   // checkpoint every N steps (and on SIGINT/SIGTERM); 0 = only on signals
   int64_t keep_checkpoints = 3;   // newest checkpoints kept; 0 = all
   std::string dtype = "fp32";     // working weights dtype
+  std::string device = "cpu";     // compute device: cpu, cuda, auto (cuda when usable)
 
   template <class V>
   void visit(V& v) {
@@ -93,6 +94,7 @@ struct TrainConfig {
     v("checkpoint_every", checkpoint_every, "write <run_dir>/checkpoints/step-N.h5 every N steps (always on SIGINT/SIGTERM); 0 = only on those signals");
     v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run_dir>/checkpoints; 0 = all");
     v("dtype", dtype, "working weights dtype: fp32, or bf16 (with an fp32 master copy per block)");
+    v("device", device, "compute device: \"cpu\", \"cuda\" (the compute tier is GPU memory; needs a CUDA build and device), or \"auto\" (cuda when usable)");
   }
 };
 

@@ -104,6 +104,20 @@ std::string unit_group(const TrainUnit& u) { return "/rank0/optimizer/" + u.name
 
 }  // namespace
 
+torch::Device resolve_device(const std::string& device) {
+#ifdef BCD_HAVE_CUDA_KERNELS
+  const bool built = true;
+#else
+  const bool built = false;
+#endif
+  const bool usable = built && torch::cuda::is_available();
+  if (device == "cpu" || (device == "auto" && !usable)) return torch::kCPU;
+  if (!usable)
+    user_error("config: [train] device = \"cuda\" but {}", built ? "LibTorch finds no usable CUDA device (is this LibTorch built with CUDA, is a GPU visible?)"
+                                                                 : "this build has no CUDA kernels (configure with -DBCD_CUDA=ON and a CUDA toolkit)");
+  return torch::Device(torch::kCUDA, 0);
+}
+
 uint64_t process_memory_bytes(const char* key) {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -133,6 +147,7 @@ double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_
 TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from) {
   const TrainConfig& tc = cfg.train;
   configure_threads(tc.threads);
+  const torch::Device device = resolve_device(tc.device);  // before anything is read
   auto say = [&](const std::string& line) {
     if (!quiet) fmt::print("{}\n", line), std::fflush(stdout);
   };
@@ -165,7 +180,7 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
   acct.set_budget(Pool::kHost, plan.host.budget);
   Charge activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations);
 
-  LlamaModel model(mc, tc.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32);
+  LlamaModel model(mc, torch::TensorOptions(tc.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32).device(device));
   uint64_t working_bytes = 0;
   for (const Block& b : model.blocks()) working_bytes += static_cast<uint64_t>(b.data().nbytes());
   Charge working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes);
@@ -272,10 +287,11 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
   say(fmt::format("data: {} train / {} val tokens ({}), unigram val loss {:.4f}",
                   ds.tokens(Split::kTrain).size(), ds.tokens(Split::kVal).size(), cfg.data.path,
                   ds.unigram_val_loss()));
-  say(fmt::format("train: {} steps x {} tokens/step, {} AdamW ({}) lr {:g}, {} working weights, {} threads",
+  say(fmt::format("train: {} steps x {} tokens/step, {} AdamW ({}) lr {:g}, {} working weights, on {}{}",
                   tc.steps, tc.batch_size * tc.seq_len * tc.grad_accum, cfg.optim.impl,
                   bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, tc.dtype,
-                  torch::get_num_threads()));
+                  device.is_cuda() ? "cuda" : "cpu",
+                  device.is_cuda() ? "" : fmt::format(" with {} threads", torch::get_num_threads())));
   if (bc.enabled) {
     std::string names;
     for (const auto& u : units) names += (names.empty() ? "" : " ") + u.name;
@@ -319,7 +335,7 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
     w.attr("/", "tokens", step * tokens_per_step);
     w.attr("/", "world_size", int64_t{1});
     for (const Block& b : model.blocks()) {
-      torch::Tensor t = b.data().detach().to(torch::kFloat32).contiguous();
+      torch::Tensor t = b.data().detach().to(torch::kCPU, torch::kFloat32).contiguous();
       w.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(t.numel()));
     }
     const SchedulerState ss = sched.state();

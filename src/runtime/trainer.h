@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include "memory/stager.h"
 #include "runtime/config.h"
@@ -41,6 +42,10 @@ double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_
 
 // VmHWM / VmRSS of this process (bytes; 0 when /proc is unreadable).
 uint64_t process_memory_bytes(const char* key);
+
+// [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
+// usable: no CUDA kernels in this build, or LibTorch sees no device), "auto" (cuda when usable).
+torch::Device resolve_device(const std::string& device);
 
 // Sets torch's intra-op threads (0 = all cores).
 void configure_threads(int64_t threads);

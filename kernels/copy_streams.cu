@@ -1,0 +1,151 @@
+// Dedicated copy streams with events (kernels/copy_streams.h).
+#include "kernels/copy_streams.h"
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+
+namespace bcd {
+
+namespace {
+// The compute stream: the legacy default stream, implicitly synchronising with LibTorch's work.
+cudaStream_t compute_stream() { return cudaStreamLegacy; }
+}  // namespace
+
+struct CudaCopyStreams::Impl {
+  struct Copy {
+    cudaEvent_t start = nullptr, end = nullptr;
+    bool timed = false;  // its duration is already in copy_s
+  };
+  cudaStream_t out = nullptr, in = nullptr;
+  cudaEvent_t compute_mark = nullptr;   // re-recorded on the compute stream before each copy_out
+  cudaEvent_t out_tail = nullptr;       // the latest copy_out's end
+  cudaEvent_t in_tail = nullptr;        // the latest copy_in's end
+  bool any_out = false, any_in = false;
+  std::map<uint64_t, Copy> copies;      // by token, until found finished
+  std::vector<cudaEvent_t> spare;       // finished copies' events, reused
+  uint64_t next = 1;
+  double copy_s = 0;
+
+  cudaEvent_t event(bool timing) {
+    if (timing && !spare.empty()) {
+      cudaEvent_t e = spare.back();
+      spare.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    return e;
+  }
+
+  uint64_t enqueue(cudaStream_t s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaEvent_t after) {
+    CUDA_CHECK(cudaStreamWaitEvent(s, after, 0));
+    Copy c;
+    c.start = event(true);
+    c.end = event(true);
+    CUDA_CHECK(cudaEventRecord(c.start, s));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+    CUDA_CHECK(cudaEventRecord(c.end, s));
+    const uint64_t t = next++;
+    copies[t] = c;
+    return t;
+  }
+
+  // A finished copy: its time counted, its events back to the spares.
+  void retire(uint64_t t) {
+    auto it = copies.find(t);
+    if (it == copies.end()) return;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, it->second.start, it->second.end) == cudaSuccess) copy_s += ms / 1e3;
+    spare.push_back(it->second.start);
+    spare.push_back(it->second.end);
+    copies.erase(it);
+  }
+};
+
+CudaCopyStreams::CudaCopyStreams() : impl_(std::make_unique<Impl>()) {
+  CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->out, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->in, cudaStreamNonBlocking));
+  impl_->compute_mark = impl_->event(false);
+  impl_->out_tail = impl_->event(false);
+  impl_->in_tail = impl_->event(false);
+}
+
+CudaCopyStreams::~CudaCopyStreams() {
+  Impl& m = *impl_;
+  // Nothing may still read or write memory its owners are about to free.
+  if (m.out) cudaStreamSynchronize(m.out);
+  if (m.in) cudaStreamSynchronize(m.in);
+  for (auto& [t, c] : m.copies) cudaEventDestroy(c.start), cudaEventDestroy(c.end);
+  for (cudaEvent_t e : m.spare) cudaEventDestroy(e);
+  for (cudaEvent_t e : {m.compute_mark, m.out_tail, m.in_tail})
+    if (e) cudaEventDestroy(e);
+  if (m.out) cudaStreamDestroy(m.out);
+  if (m.in) cudaStreamDestroy(m.in);
+}
+
+uint64_t CudaCopyStreams::copy_out(void* host, const void* device, size_t bytes) {
+  Impl& m = *impl_;
+  CUDA_CHECK(cudaEventRecord(m.compute_mark, compute_stream()));
+  const uint64_t t = m.enqueue(m.out, host, device, bytes, cudaMemcpyDeviceToHost, m.compute_mark);
+  CUDA_CHECK(cudaEventRecord(m.out_tail, m.out));
+  m.any_out = true;
+  return t;
+}
+
+uint64_t CudaCopyStreams::copy_in(void* device, const void* host, size_t bytes) {
+  Impl& m = *impl_;
+  // Before any copy_out the in stream has nothing to follow: wait on the (already complete)
+  // compute mark so the compute stream's earlier writes are ordered too.
+  if (!m.any_out) CUDA_CHECK(cudaEventRecord(m.compute_mark, compute_stream()));
+  const uint64_t t = m.enqueue(m.in, device, host, bytes, cudaMemcpyHostToDevice, m.any_out ? m.out_tail : m.compute_mark);
+  CUDA_CHECK(cudaEventRecord(m.in_tail, m.in));
+  m.any_in = true;
+  return t;
+}
+
+bool CudaCopyStreams::done(uint64_t token) {
+  auto it = impl_->copies.find(token);
+  if (it == impl_->copies.end()) return true;
+  const cudaError_t e = cudaEventQuery(it->second.end);
+  if (e == cudaErrorNotReady) return false;
+  CUDA_CHECK(e);
+  impl_->retire(token);
+  return true;
+}
+
+void CudaCopyStreams::wait(uint64_t token) {
+  auto it = impl_->copies.find(token);
+  if (it == impl_->copies.end()) return;
+  CUDA_CHECK(cudaEventSynchronize(it->second.end));
+  impl_->retire(token);
+}
+
+void CudaCopyStreams::fence() {
+  Impl& m = *impl_;
+  if (m.any_out) CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), m.out_tail, 0));
+  if (m.any_in) CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), m.in_tail, 0));
+}
+
+double CudaCopyStreams::copy_seconds() {
+  std::vector<uint64_t> finished;
+  for (auto& [t, c] : impl_->copies)
+    if (cudaEventQuery(c.end) == cudaSuccess) finished.push_back(t);
+  for (uint64_t t : finished) impl_->retire(t);
+  cudaGetLastError();  // a cudaErrorNotReady left by the query is not an error
+  return impl_->copy_s;
+}
+
+bool CudaCopyStreams::device_usable() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace bcd

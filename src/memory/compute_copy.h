@@ -1,0 +1,39 @@
+// Copies between the pinned slab pool and the compute tier, off the training thread (DESIGN.md
+// §3): on CUDA builds on two dedicated streams ordered by events, on CPU builds on a worker
+// thread. The stager enqueues a switch's copies and returns; whoever next touches the compute
+// memory calls fence() first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace bcd {
+
+class ComputeCopier {
+ public:
+  using Token = uint64_t;  // one enqueued copy; 0 = none
+  virtual ~ComputeCopier() = default;
+
+  // compute -> pinned, ordered after every compute-side write issued so far (the last update).
+  virtual Token copy_out(void* pinned, const void* compute, uint64_t bytes) = 0;
+  // pinned -> compute, ordered after every copy_out issued so far (both use the one image).
+  virtual Token copy_in(void* compute, const void* pinned, uint64_t bytes) = 0;
+  // Host side: has the copy finished (its pinned buffer may be reused / handed to the I/O queue)?
+  virtual bool done(Token t) = 0;
+  virtual void wait(Token t) = 0;
+  // Compute-side work issued after this call sees every copy issued before it and never races
+  // one. CPU: the training thread is the compute side, so this waits. CUDA: the compute stream
+  // waits on the copies' events; the host returns at once.
+  virtual void fence() = 0;
+  // Seconds the finished copies took (the copy engines' time, not the training thread's).
+  virtual double copy_seconds() = 0;
+  virtual bool on_cuda() const = 0;
+};
+
+// CPU builds and host compute memory: memcpy on one worker thread, in issue order.
+std::unique_ptr<ComputeCopier> make_thread_copier();
+// Compute memory on the current CUDA device; the compute stream is the legacy default stream
+// (LibTorch's default). UserError when the build has no CUDA kernels or no device is usable.
+std::unique_ptr<ComputeCopier> make_cuda_copier();
+
+}  // namespace bcd

@@ -1,0 +1,209 @@
+// The CUDA side of staging: the copy streams' ordering against the compute stream, the stager
+// with its compute image in device memory, and BCD training on a GPU with state on NVMe.
+// Labelled gpu; each test skips, saying why, without a CUDA build, a device, or CUDA LibTorch.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memory/compute_copy.h"
+#include "memory/stager.h"
+#include "runtime/trainer.h"
+#include "staging_test_helpers.h"
+#include "test_util.h"
+
+#ifdef BCD_HAVE_CUDA_KERNELS
+#include <cuda_runtime_api.h>
+
+#include "kernels/copy_streams.h"
+#include "kernels/cuda_check.h"
+#endif
+
+namespace bcd {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+using test::pattern;
+
+#ifndef BCD_HAVE_CUDA_KERNELS
+TEST(CudaStaging, Unavailable) { GTEST_SKIP() << "built without CUDA kernels (BCD_CUDA=OFF or no nvcc found)"; }
+#else
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (!CudaCopyStreams::device_usable()) GTEST_SKIP() << "no usable CUDA device (cudaGetDeviceCount)"
+
+// Device memory, freed on scope exit.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(uint64_t n) : n_(n) { CUDA_CHECK(cudaMalloc(&p_, n)); }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  char* get() const { return static_cast<char*>(p_); }
+  void upload(const std::vector<char>& h) { CUDA_CHECK(cudaMemcpy(p_, h.data(), h.size(), cudaMemcpyHostToDevice)); }
+  std::vector<char> download(uint64_t n) const {
+    std::vector<char> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), p_, n, cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+ private:
+  void* p_ = nullptr;
+  uint64_t n_;
+};
+
+// Page-locked host memory (the slabs are; async copies from pageable memory are not async).
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(uint64_t n) : n_(n) { CUDA_CHECK(cudaHostAlloc(&p_, n, cudaHostAllocPortable)); }
+  ~PinnedBuffer() { cudaFreeHost(p_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  char* get() const { return static_cast<char*>(p_); }
+  std::vector<char> vec() const { return std::vector<char>(get(), get() + n_); }
+  void fill(const std::vector<char>& h) { std::memcpy(p_, h.data(), h.size()); }
+
+ private:
+  void* p_ = nullptr;
+  uint64_t n_;
+};
+
+// copy_out follows the compute stream's last write; copy_in follows copy_out; after fence() the
+// compute stream sees copy_in's bytes. Each ordering is checked through the legacy stream.
+TEST(CudaCopier, CopiesOrderedAgainstTheComputeStream) {
+  SKIP_WITHOUT_DEVICE();
+  const uint64_t n = 64 * kMiB;
+  auto c = make_cuda_copier();
+  EXPECT_TRUE(c->on_cuda());
+  DeviceBuffer image(n);
+  PinnedBuffer out(n), in(n), seen(n);
+  in.fill(pattern(n, 2));
+  image.upload(pattern(n, 1));
+  // The "last update": a write on the compute stream that copy_out must wait for.
+  CUDA_CHECK(cudaMemsetAsync(image.get(), 0x5a, n, cudaStreamLegacy));
+  const auto t_out = c->copy_out(out.get(), image.get(), n);
+  const auto t_in = c->copy_in(image.get(), in.get(), n);
+  c->fence();
+  // Compute-side work after the fence: must see the incoming image.
+  CUDA_CHECK(cudaMemcpyAsync(seen.get(), image.get(), n, cudaMemcpyDeviceToHost, cudaStreamLegacy));
+  CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  c->wait(t_out);
+  c->wait(t_in);
+  EXPECT_TRUE(c->done(t_out) && c->done(t_in));
+  EXPECT_TRUE(out.vec() == std::vector<char>(n, 0x5a)) << "copy_out ran before the compute stream's write";
+  EXPECT_TRUE(seen.vec() == in.vec()) << "the compute stream ran ahead of copy_in";
+  EXPECT_GT(c->copy_seconds(), 0.0);
+}
+
+// The stager with its compute image in device memory: every image that comes back is the one
+// that went home last, for host and NVMe homes.
+TEST(CudaStager, SwapsReturnWhatWentHome) {
+  SKIP_WITHOUT_DEVICE();
+  for (Tier home : {Tier::kPinned, Tier::kNvme}) {
+    test::StagerFixture f(5, home, 1);
+    f.opts.compute_on_cuda = true;
+    Stager st(f.units, f.opts, &f.acct);
+    EXPECT_TRUE(st.on_cuda());
+    uint64_t largest = 0;
+    for (const auto& u : f.units) largest = std::max(largest, u.bytes());
+    DeviceBuffer compute(largest);
+    std::map<int, std::vector<char>> truth;
+    std::mt19937 g(11);
+    std::vector<int> seq;
+    for (int i = 0; i < 30; ++i) seq.push_back(static_cast<int>(g() % 5));
+    int active = -1;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const int to = seq[i];
+      if (to == active) continue;
+      const bool loaded = st.swap(active, to, compute.get());
+      st.fence();
+      CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+      const uint64_t nb = f.units[to].bytes();
+      EXPECT_EQ(loaded, truth.count(to) == 1) << "visit " << i;
+      if (loaded) {
+        ASSERT_TRUE(compute.download(nb) == truth[to]) << "home " << static_cast<int>(home) << " visit " << i;
+      }
+      truth[to] = pattern(nb, static_cast<uint32_t>(100 + i));
+      compute.upload(truth[to]);
+      active = to;
+      if (i + 1 < seq.size()) st.prefetch(seq[i + 1]);
+    }
+    st.flush();
+    for (auto& [u, want] : truth) {
+      if (u == active) continue;
+      std::vector<char> got(f.units[u].bytes());
+      ASSERT_TRUE(st.get(u, got.data()));
+      EXPECT_TRUE(got == want) << "unit " << u;
+    }
+    EXPECT_GT(st.stats().compute_in_bytes, 0u);
+  }
+}
+
+// LibTorch must be a CUDA build for model tensors on the GPU (Debian's is CPU-only).
+#define SKIP_WITHOUT_TORCH_CUDA()                                                     \
+  SKIP_WITHOUT_DEVICE();                                                             \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "LibTorch here is built without CUDA"
+
+// BCD on the GPU with moments on NVMe: the same as with moments in host memory (the copies move
+// bytes, never change them; deterministic algorithms), and close to the CPU run.
+TEST(CudaTraining, NvmeHomesEqualHostHomesAndTrackTheCpu) {
+  SKIP_WITHOUT_TORCH_CUDA();
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  test::TempDir dir("bcd-cuda-staging");
+  const torch::Device gpu(torch::kCUDA, 0);
+  for (bool bf16 : {false, true}) {
+    const auto dtype = bf16 ? torch::kBFloat16 : torch::kFloat32;
+    const test::Trained host = test::train_small(dtype, "random", "layer", true, Tier::kPinned, dir.path(), gpu);
+    const test::Trained nvme = test::train_small(dtype, "random", "layer", true, Tier::kNvme, dir.path(), gpu);
+    EXPECT_EQ(host.losses, nvme.losses) << (bf16 ? "bf16" : "fp32");
+    ASSERT_EQ(host.weights.size(), nvme.weights.size());
+    for (size_t i = 0; i < host.weights.size(); ++i) EXPECT_TRUE(torch::equal(host.weights[i], nvme.weights[i])) << i;
+    EXPECT_GT(nvme.staging.nvme_read_bytes, 0u);
+    EXPECT_GT(nvme.staging.compute_in_bytes, 0u);
+    if (!bf16) {
+      const test::Trained cpu = test::train_small(dtype, "random", "layer", true, Tier::kPinned, dir.path());
+      ASSERT_EQ(cpu.losses.size(), host.losses.size());
+      for (size_t i = 0; i < cpu.losses.size(); ++i) EXPECT_NEAR(cpu.losses[i], host.losses[i], 1e-3) << "step " << i;
+    }
+  }
+}
+
+// The whole trainer on the GPU: `train --train.device=cuda` with state on NVMe runs, stages, and
+// writes a model and checkpoint that load on the CPU.
+TEST(CudaTraining, TrainerRunsOnTheGpu) {
+  SKIP_WITHOUT_TORCH_CUDA();
+  test::TempDir dir("bcd-cuda-train");
+  auto prep = test::prepare_fortunes(dir.file("data"));
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  const std::string args = "train --config " + test::source_path("configs/tiny.toml") + " --data.path=" +
+                           dir.file("data") + " --train.steps=24 --train.device=cuda --train.dtype=bf16" +
+                           " --train.checkpoint_every=12 --memory.home=nvme --memory.nvme_paths='[\"" +
+                           dir.file("nvme") + "\"]' --train.run_dir=" + dir.file("run");
+  auto r = test::run_bcdtrain(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("on cuda"), std::string::npos) << r.output;
+  const auto recs = test::read_metrics(dir.file("run/metrics.jsonl"));
+  ASSERT_FALSE(recs.empty());
+  EXPECT_LT(recs.back()["loss"].get<double>(), recs.front()["loss"].get<double>());
+  EXPECT_GT(recs.back()["staged_bytes"]["nvme_read"].get<uint64_t>(), 0u);
+  auto g = test::run_bcdtrain("generate --run " + dir.file("run") + " --prompt 'The' --max-new-tokens 8");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+  // Resuming the GPU run from its mid-run checkpoint reproduces its logged losses.
+  auto resumed = test::run_bcdtrain("train --resume " + dir.file("run/checkpoints/step-00000012.h5") +
+                                    " --train.run_dir=" + dir.file("run2"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto again = test::read_metrics(dir.file("run2/metrics.jsonl"));
+  ASSERT_FALSE(again.empty());
+  EXPECT_NEAR(again.back()["loss"].get<double>(), recs.back()["loss"].get<double>(), 1e-4);
+}
+
+#endif
+
+}  // namespace
+}  // namespace bcd
