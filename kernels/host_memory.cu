@@ -23,4 +23,16 @@ void cuda_pinned_free(void* p) {
   if (p) cudaFreeHost(p);
 }
 
+size_t cuda_device_total_bytes(int device) {
+  int previous = 0;
+  size_t free_b = 0, total = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess ||
+      cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaSetDevice(previous);
+  return total;
+}
+
 }  // namespace bcd

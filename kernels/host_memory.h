@@ -11,4 +11,7 @@ namespace bcd {
 void* cuda_pinned_alloc(size_t bytes);
 void cuda_pinned_free(void* p);
 
+// Total memory of CUDA device `device` (cudaMemGetInfo); 0 when no device is usable.
+size_t cuda_device_total_bytes(int device);
+
 }  // namespace bcd

@@ -181,7 +181,7 @@ struct MemoryConfig {
 
   template <class V>
   void visit(V& v) {
-    v("compute_bytes", compute_bytes, "compute-device memory budget (\"24GiB\", bytes, or \"auto\": the host's MemTotal, for CPU builds; give a GPU's size explicitly)");
+    v("compute_bytes", compute_bytes, "compute-device memory budget (\"24GiB\", bytes, or \"auto\": the GPU's memory on CUDA, the host's MemTotal on the CPU)");
     v("pinned_bytes", pinned_bytes, "pinned host staging pool (\"auto\": exactly (prefetch_depth + 1) units of master + moments)");
     v("host_bytes", host_bytes, "host RAM for model state, pinned pool included (\"auto\": MemAvailable)");
     v("nvme_paths", nvme_paths, "directories of the NVMe tier (state that does not fit host_bytes is striped over them)");

@@ -252,6 +252,8 @@ int run(int argc, char** argv) {
         user_error("plan: [model] vocab_size is 0 and [data] path is empty: set model.vocab_size");
       mc.vocab_size = TokenDataset::open(cfg.data.path).vocab_size();
     }
+    // A GPU run's compute_bytes = auto is the GPU's memory, when one is usable here.
+    if (cfg.train.device != "cpu") apply_device_budget(cfg.memory, resolve_device("auto"));
     const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory);
     fmt::print("{}", format_plan(p));
     if (!p.fits) user_error("plan does not fit: {}", p.why_not);

@@ -12,6 +12,9 @@
 #include <thread>
 
 #include "io/checkpoint.h"
+#ifdef BCD_HAVE_CUDA_KERNELS
+#include "kernels/host_memory.h"
+#endif
 
 #include "io/dataset.h"
 #include "io/loader.h"
@@ -118,6 +121,14 @@ torch::Device resolve_device(const std::string& device) {
   return torch::Device(torch::kCUDA, 0);
 }
 
+void apply_device_budget(MemoryConfig& mem, const torch::Device& device) {
+  if (!device.is_cuda() || !mem.compute_bytes.is_auto) return;
+#ifdef BCD_HAVE_CUDA_KERNELS
+  const size_t total = cuda_device_total_bytes(device.index() < 0 ? 0 : device.index());
+  if (total > 0) mem.compute_bytes = Bytes{total, false};
+#endif
+}
+
 uint64_t process_memory_bytes(const char* key) {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -172,6 +183,7 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
   const BcdConfig& bc = cfg.bcd;
 
   // ---- Memory plan: refused before anything is allocated when it does not fit ----
+  apply_device_budget(cfg.memory, device);  // compute_bytes = auto: the GPU's memory on CUDA
   const MemoryPlan plan = plan_memory(mc, bc, tc, cfg.memory);
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
   MemoryAccounting acct;

@@ -47,6 +47,10 @@ uint64_t process_memory_bytes(const char* key);
 // usable: no CUDA kernels in this build, or LibTorch sees no device), "auto" (cuda when usable).
 torch::Device resolve_device(const std::string& device);
 
+// memory.compute_bytes = auto on a CUDA device: the device's total memory (on the CPU the planner
+// takes the host's MemTotal).
+void apply_device_budget(MemoryConfig& mem, const torch::Device& device);
+
 // Sets torch's intra-op threads (0 = all cores).
 void configure_threads(int64_t threads);
 
