@@ -37,12 +37,12 @@ struct CudaCopyStreams::Impl {
       return e;
     }
     cudaEvent_t e = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    // Timed events are the ones the host waits on: block in the driver rather than spin a core.
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventBlockingSync : cudaEventDisableTiming));
     return e;
   }
 
-  uint64_t enqueue(cudaStream_t s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaEvent_t after) {
-    CUDA_CHECK(cudaStreamWaitEvent(s, after, 0));
+  uint64_t enqueue(cudaStream_t s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     Copy c;
     c.start = event(true);
     c.end = event(true);
@@ -60,6 +60,7 @@ struct CudaCopyStreams::Impl {
     if (it == copies.end()) return;
     float ms = 0;
     if (cudaEventElapsedTime(&ms, it->second.start, it->second.end) == cudaSuccess) copy_s += ms / 1e3;
+    else (void)cudaGetLastError();  // no timing is no error: the copy itself is done
     spare.push_back(it->second.start);
     spare.push_back(it->second.end);
     copies.erase(it);
@@ -87,10 +88,15 @@ CudaCopyStreams::~CudaCopyStreams() {
   if (m.in) cudaStreamDestroy(m.in);
 }
 
+// Both copies touch the one compute image, so each follows everything issued before it that
+// touches the image too: the compute stream's work so far and the other stream's last copy.
+// (cudaStreamWaitEvent takes the event's state at the call, so re-recording a mark later is safe.)
 uint64_t CudaCopyStreams::copy_out(void* host, const void* device, size_t bytes) {
   Impl& m = *impl_;
   CUDA_CHECK(cudaEventRecord(m.compute_mark, compute_stream()));
-  const uint64_t t = m.enqueue(m.out, host, device, bytes, cudaMemcpyDeviceToHost, m.compute_mark);
+  CUDA_CHECK(cudaStreamWaitEvent(m.out, m.compute_mark, 0));
+  if (m.any_in) CUDA_CHECK(cudaStreamWaitEvent(m.out, m.in_tail, 0));
+  const uint64_t t = m.enqueue(m.out, host, device, bytes, cudaMemcpyDeviceToHost);
   CUDA_CHECK(cudaEventRecord(m.out_tail, m.out));
   m.any_out = true;
   return t;
@@ -98,10 +104,10 @@ uint64_t CudaCopyStreams::copy_out(void* host, const void* device, size_t bytes)
 
 uint64_t CudaCopyStreams::copy_in(void* device, const void* host, size_t bytes) {
   Impl& m = *impl_;
-  // Before any copy_out the in stream has nothing to follow: wait on the (already complete)
-  // compute mark so the compute stream's earlier writes are ordered too.
-  if (!m.any_out) CUDA_CHECK(cudaEventRecord(m.compute_mark, compute_stream()));
-  const uint64_t t = m.enqueue(m.in, device, host, bytes, cudaMemcpyHostToDevice, m.any_out ? m.out_tail : m.compute_mark);
+  CUDA_CHECK(cudaEventRecord(m.compute_mark, compute_stream()));
+  CUDA_CHECK(cudaStreamWaitEvent(m.in, m.compute_mark, 0));
+  if (m.any_out) CUDA_CHECK(cudaStreamWaitEvent(m.in, m.out_tail, 0));
+  const uint64_t t = m.enqueue(m.in, device, host, bytes, cudaMemcpyHostToDevice);
   CUDA_CHECK(cudaEventRecord(m.in_tail, m.in));
   m.any_in = true;
   return t;
@@ -111,7 +117,10 @@ bool CudaCopyStreams::done(uint64_t token) {
   auto it = impl_->copies.find(token);
   if (it == impl_->copies.end()) return true;
   const cudaError_t e = cudaEventQuery(it->second.end);
-  if (e == cudaErrorNotReady) return false;
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" would otherwise be the next launch check's error
+    return false;
+  }
   CUDA_CHECK(e);
   impl_->retire(token);
   return true;
@@ -132,10 +141,12 @@ void CudaCopyStreams::fence() {
 
 double CudaCopyStreams::copy_seconds() {
   std::vector<uint64_t> finished;
-  for (auto& [t, c] : impl_->copies)
-    if (cudaEventQuery(c.end) == cudaSuccess) finished.push_back(t);
+  for (auto& [t, c] : impl_->copies) {
+    const cudaError_t e = cudaEventQuery(c.end);
+    if (e == cudaSuccess) finished.push_back(t);
+    else if (e == cudaErrorNotReady) (void)cudaGetLastError();  // not an error; a real one stays
+  }
   for (uint64_t t : finished) impl_->retire(t);
-  cudaGetLastError();  // a cudaErrorNotReady left by the query is not an error
   return impl_->copy_s;
 }
 

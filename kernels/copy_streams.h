@@ -18,9 +18,11 @@ class CudaCopyStreams {
   CudaCopyStreams(const CudaCopyStreams&) = delete;
   CudaCopyStreams& operator=(const CudaCopyStreams&) = delete;
 
-  // D2H on the out stream after all work enqueued so far on the compute stream.
+  // D2H on the out stream after all work enqueued so far on the compute stream and every
+  // copy_in issued so far.
   uint64_t copy_out(void* host, const void* device, size_t bytes);
-  // H2D on the in stream after every copy_out issued so far.
+  // H2D on the in stream after all work enqueued so far on the compute stream and every
+  // copy_out issued so far.
   uint64_t copy_in(void* device, const void* host, size_t bytes);
   bool done(uint64_t token);   // cudaEventQuery; throws on an error status
   void wait(uint64_t token);   // cudaEventSynchronize

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "memory/compute_copy.h"
@@ -73,30 +75,44 @@ class PinnedBuffer {
   uint64_t n_;
 };
 
-// copy_out follows the compute stream's last write; copy_in follows copy_out; after fence() the
-// compute stream sees copy_in's bytes. Each ordering is checked through the legacy stream.
+// Holds the stream it is enqueued on for `ms` (cudaLaunchHostFunc): compute work that is
+// still running when the copies are enqueued.
+void CUDART_CB sleep_on_stream(void* ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(ms)));
+}
+
+// copy_out follows the compute stream's last write even when that write is late; copy_in
+// follows copy_out; after fence() the compute stream sees copy_in's bytes; a second copy_out
+// issued without a fence reads what copy_in wrote. Each checked through the legacy stream.
 TEST(CudaCopier, CopiesOrderedAgainstTheComputeStream) {
   SKIP_WITHOUT_DEVICE();
   const uint64_t n = 64 * kMiB;
   auto c = make_cuda_copier();
   EXPECT_TRUE(c->on_cuda());
   DeviceBuffer image(n);
-  PinnedBuffer out(n), in(n), seen(n);
+  PinnedBuffer out(n), in(n), seen(n), out2(n);
   in.fill(pattern(n, 2));
   image.upload(pattern(n, 1));
-  // The "last update": a write on the compute stream that copy_out must wait for.
+  static int hold_ms = 300;
+  // The "last update": a write on the compute stream, held back 300 ms, that copy_out must wait for.
+  CUDA_CHECK(cudaLaunchHostFunc(cudaStreamLegacy, sleep_on_stream, &hold_ms));
   CUDA_CHECK(cudaMemsetAsync(image.get(), 0x5a, n, cudaStreamLegacy));
   const auto t_out = c->copy_out(out.get(), image.get(), n);
   const auto t_in = c->copy_in(image.get(), in.get(), n);
+  EXPECT_FALSE(c->done(t_out)) << "the copy cannot be done while the compute stream is held";
   c->fence();
   // Compute-side work after the fence: must see the incoming image.
   CUDA_CHECK(cudaMemcpyAsync(seen.get(), image.get(), n, cudaMemcpyDeviceToHost, cudaStreamLegacy));
+  const auto t_out2 = c->copy_out(out2.get(), image.get(), n);  // no fence before it
   CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   c->wait(t_out);
   c->wait(t_in);
-  EXPECT_TRUE(c->done(t_out) && c->done(t_in));
+  c->wait(t_out2);
+  EXPECT_TRUE(c->done(t_out) && c->done(t_in) && c->done(t_out2));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "a \"not ready\" query must not linger as an error";
   EXPECT_TRUE(out.vec() == std::vector<char>(n, 0x5a)) << "copy_out ran before the compute stream's write";
   EXPECT_TRUE(seen.vec() == in.vec()) << "the compute stream ran ahead of copy_in";
+  EXPECT_TRUE(out2.vec() == in.vec()) << "copy_out ran ahead of the copy_in before it";
   EXPECT_GT(c->copy_seconds(), 0.0);
 }
 
@@ -169,7 +185,9 @@ TEST(CudaTraining, NvmeHomesEqualHostHomesAndTrackTheCpu) {
     if (!bf16) {
       const test::Trained cpu = test::train_small(dtype, "random", "layer", true, Tier::kPinned, dir.path());
       ASSERT_EQ(cpu.losses.size(), host.losses.size());
-      for (size_t i = 0; i < cpu.losses.size(); ++i) EXPECT_NEAR(cpu.losses[i], host.losses[i], 1e-3) << "step " << i;
+      // fp32 on both; summation order differs, and Adam's first steps turn tiny differences
+      // into lr-sized ones, so "close" is 1e-2 on a loss near 4: a wrong update is far off.
+      for (size_t i = 0; i < cpu.losses.size(); ++i) EXPECT_NEAR(cpu.losses[i], host.losses[i], 1e-2) << "step " << i;
     }
   }
 }
@@ -182,7 +200,7 @@ TEST(CudaTraining, TrainerRunsOnTheGpu) {
   auto prep = test::prepare_fortunes(dir.file("data"));
   ASSERT_EQ(prep.exit_code, 0) << prep.output;
   const std::string args = "train --config " + test::source_path("configs/tiny.toml") + " --data.path=" +
-                           dir.file("data") + " --train.steps=24 --train.device=cuda --train.dtype=bf16" +
+                           dir.file("data") + " --train.steps=24 --train.device=cuda --train.dtype=bf16 --bcd.switch_every=4" +
                            " --train.checkpoint_every=12 --memory.home=nvme --memory.nvme_paths='[\"" +
                            dir.file("nvme") + "\"]' --train.run_dir=" + dir.file("run");
   auto r = test::run_bcdtrain(args);

@@ -89,6 +89,12 @@ TEST(ComputeCopier, ThreadCopiesInIssueOrderAndFenceWaits) {
   const auto t = c->copy_out(out.data(), in.data(), 4096);
   c->wait(t);
   EXPECT_TRUE(c->done(t));
+  // Two switches without a fence between them: the second copy_out reads what copy_in wrote.
+  std::vector<char> in2 = pattern(n, 3), out2(n, 0);
+  c->copy_in(compute.data(), in2.data(), n);
+  const auto t2 = c->copy_out(out2.data(), compute.data(), n);
+  c->wait(t2);
+  EXPECT_TRUE(out2 == in2);
 }
 
 // ---- Stager ----
@@ -172,7 +178,9 @@ TEST(StagerFaults, ReadErrorDuringPrefetchSurfacesAndComputeIsUntouched) {
   std::vector<char> compute(f.units[2].bytes(), 1);
   ASSERT_FALSE(st->swap(-1, 0, compute.data()));
   ASSERT_FALSE(st->swap(0, 1, compute.data()));  // unit 0 goes to NVMe
+  st->fence();                                   // its copy out of the compute tier is done
   st->prefetch(0);                               // its first read fails
+  ASSERT_GT(st->stats().nvme_read_bytes, 0u) << "the read must be the prefetch's";
   std::vector<char> before = compute;
   const std::string e = error_of([&] { st->swap(1, 0, compute.data()); });
   EXPECT_NE(e.find("unit.u0"), std::string::npos) << e;

@@ -14,9 +14,11 @@ class ComputeCopier {
   using Token = uint64_t;  // one enqueued copy; 0 = none
   virtual ~ComputeCopier() = default;
 
-  // compute -> pinned, ordered after every compute-side write issued so far (the last update).
+  // Copies are ordered after every copy issued before them (they share the one compute image)
+  // and after the compute side's work so far.
+  // compute -> pinned: after the last update of the image, and the last copy_in.
   virtual Token copy_out(void* pinned, const void* compute, uint64_t bytes) = 0;
-  // pinned -> compute, ordered after every copy_out issued so far (both use the one image).
+  // pinned -> compute: after the compute side's last use of the image, and the last copy_out.
   virtual Token copy_in(void* compute, const void* pinned, uint64_t bytes) = 0;
   // Host side: has the copy finished (its pinned buffer may be reused / handed to the I/O queue)?
   virtual bool done(Token t) = 0;

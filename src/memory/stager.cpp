@@ -56,6 +56,11 @@ Stager::Stager(std::vector<StagedUnit> units, StagerOptions opts, MemoryAccounti
   pool_ = std::make_unique<SlabPool>(largest > 0 ? opts_.prefetch_depth + 1 : 0, largest, acct_);
   if (store_) store_->register_buffer(pool_->base(), pool_->bytes());
   copier_ = opts_.compute_on_cuda ? make_cuda_copier() : make_thread_copier();
+  // Async copies from pageable memory are synchronous: the overlap would be silently lost.
+  if (opts_.compute_on_cuda && pool_->bytes() > 0 && !pool_->page_locked())
+    user_error("memory: the pinned staging pool ({:.1f} MiB) could not be page-locked (cudaHostAlloc failed); "
+               "lower memory.prefetch_depth or free host memory",
+               static_cast<double>(pool_->bytes()) / (1 << 20));
 }
 
 Stager::~Stager() {
@@ -164,8 +169,8 @@ int Stager::take_slab() {
   if (!writes_.empty()) {  // wait for the oldest write-back
     Op op = writes_.front();
     writes_.erase(writes_.begin());
+    pool_->release(op.slab);  // back whatever happens below: nothing takes it before we return
     start_write(op);
-    pool_->release(op.slab);
     finish(op);
     return pool_->acquire();
   }
@@ -179,12 +184,10 @@ void Stager::prefetch(int unit) {
   // Never block the training thread here: without a free slab, or while the unit's own image is
   // still on its way out of the compute tier, the prefetch waits for a later call.
   poll();
-  bool free_slab = pool_->free_count() > 0;
-  for (const Op& w : writes_) {
+  for (const Op& w : writes_)
     if (w.unit == unit && !w.started) return;
-    free_slab |= write_done(w);
-  }
-  if (!free_slab) return;
+  // Exactly the slabs take_slab() gets without waiting: free ones and the oldest finished write-back.
+  if (pool_->free_count() == 0 && (writes_.empty() || !write_done(writes_.front()))) return;
   Op op;
   op.unit = unit, op.slab = take_slab(), op.read = true;
   start(op);
@@ -315,16 +318,17 @@ void Stager::put(int unit, const void* src) {
 }
 
 void Stager::flush() {
-  for (const InCopy& c : ins_) {
-    copier_->wait(c.token);
+  while (!ins_.empty()) {
+    const InCopy c = ins_.front();
+    ins_.erase(ins_.begin());
     pool_->release(c.slab);
+    copier_->wait(c.token);
   }
-  ins_.clear();
   while (!writes_.empty()) {
     Op op = writes_.front();
     writes_.erase(writes_.begin());
-    start_write(op);
     pool_->release(op.slab);
+    start_write(op);
     finish(op);
   }
   for (auto& [unit, f] : host_writes_) f.wait();
