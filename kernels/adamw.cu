@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "kernels/adamw_math.h"
 #include "kernels/cuda_check.h"
@@ -125,6 +126,25 @@ void adamw_step_cuda(float* master, const void* grad, bool grad_is_bf16, float* 
     launch_grad(master, static_cast<const uint16_t*>(grad), m, v, n, c, bf16_out, stream);
   else
     launch_grad(master, static_cast<const float*>(grad), m, v, n, c, bf16_out, stream);
+}
+
+std::string adamw_cuda_unsupported_reason(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    const std::string why = cudaGetErrorString(cudaGetLastError());
+    return "cannot query CUDA device " + std::to_string(device) + " (" + why + ")";
+  }
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  cudaFuncAttributes attr{};
+  const cudaError_t e = cudaFuncGetAttributes(&attr, adamw_kernel<float, false, true>);
+  cudaSetDevice(previous);
+  if (e == cudaSuccess) return "";
+  cudaGetLastError();
+  return std::string(prop.name) + " is sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+         ", which this build has no kernels for (" + cudaGetErrorString(e) +
+         "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
 }
 
 }  // namespace bcd

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/adamw.h"
 
@@ -18,5 +19,9 @@ namespace bcd {
 // contraction), so the two agree bitwise. Uses float4 loads and stores when every buffer allows.
 void adamw_step_cuda(float* master, const void* grad, bool grad_is_bf16, float* m, float* v,
                      int64_t n, const AdamWHyper& h, uint16_t* bf16_out, CUstream_st* stream);
+
+// Why the fused AdamW cannot run on CUDA device `device` ("" when it can): e.g. a GPU whose
+// architecture the build compiled no kernel image for. Checked before a run puts state there.
+std::string adamw_cuda_unsupported_reason(int device);
 
 }  // namespace bcd

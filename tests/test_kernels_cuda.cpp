@@ -80,6 +80,15 @@ std::pair<double, int64_t> compare(const std::vector<float>& a, const std::vecto
 using Case = std::tuple<bool, bool, int64_t, bool>;
 class AdamWCudaVsCpu : public ::testing::TestWithParam<Case> {};
 
+// The up-front check the trainer makes before putting state on a GPU: this build has a kernel
+// image for the device it runs on (a GPU outside CMAKE_CUDA_ARCHITECTURES would be named).
+TEST(AdamWCuda, KernelImageForThisDevice) {
+  const std::string why = no_device_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  EXPECT_EQ(adamw_cuda_unsupported_reason(0), "");
+  EXPECT_NE(adamw_cuda_unsupported_reason(1 << 20).find("cannot query CUDA device"), std::string::npos);
+}
+
 TEST_P(AdamWCudaVsCpu, FiveStepsMatch) {
   const std::string why = no_device_reason();
   if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;

@@ -13,6 +13,7 @@
 
 #include "io/checkpoint.h"
 #ifdef BCD_HAVE_CUDA_KERNELS
+#include "kernels/adamw_cuda.h"
 #include "kernels/host_memory.h"
 #endif
 
@@ -118,6 +119,13 @@ torch::Device resolve_device(const std::string& device) {
   if (!usable)
     user_error("config: [train] device = \"cuda\" but {}", built ? "LibTorch finds no usable CUDA device (is this LibTorch built with CUDA, is a GPU visible?)"
                                                                  : "this build has no CUDA kernels (configure with -DBCD_CUDA=ON and a CUDA toolkit)");
+#ifdef BCD_HAVE_CUDA_KERNELS
+  const std::string why = adamw_cuda_unsupported_reason(0);
+  if (!why.empty()) {
+    if (device == "auto") return torch::kCPU;
+    user_error("config: [train] device = \"cuda\" but {}", why);
+  }
+#endif
   return torch::Device(torch::kCUDA, 0);
 }
 

@@ -44,7 +44,8 @@ double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_
 uint64_t process_memory_bytes(const char* key);
 
 // [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
-// usable: no CUDA kernels in this build, or LibTorch sees no device), "auto" (cuda when usable).
+// usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
+// no kernel image in this build), "auto" (cuda when usable).
 torch::Device resolve_device(const std::string& device);
 
 // memory.compute_bytes = auto on a CUDA device: the device's total memory (on the CPU the planner
