@@ -1,8 +1,6 @@
 // Config tests: defaults, file + overrides, unknown keys and wrong types named, validation.
 #include <gtest/gtest.h>
 
-#include <functional>
-
 #include "runtime/config.h"
 #include "runtime/error.h"
 #include "test_util.h"
@@ -10,14 +8,7 @@
 namespace bcd {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Config, FileThenOverrides) {
   test::TempDir dir;

@@ -22,8 +22,7 @@
 #ifdef BCD_HAVE_CUDA_KERNELS
 #include <cuda_runtime_api.h>
 
-#include "kernels/copy_streams.h"
-#include "kernels/cuda_check.h"
+#include "cuda_test_helpers.h"
 #endif
 
 namespace bcd {
@@ -36,28 +35,10 @@ using test::pattern;
 TEST(CudaStaging, Unavailable) { GTEST_SKIP() << "built without CUDA kernels (BCD_CUDA=OFF or no nvcc found)"; }
 #else
 
-#define SKIP_WITHOUT_DEVICE() \
-  if (!CudaCopyStreams::device_usable()) GTEST_SKIP() << "no usable CUDA device (cudaGetDeviceCount)"
+using test::DeviceArray;
 
-// Device memory, freed on scope exit.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(uint64_t n) : n_(n) { CUDA_CHECK(cudaMalloc(&p_, n)); }
-  ~DeviceBuffer() { cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  char* get() const { return static_cast<char*>(p_); }
-  void upload(const std::vector<char>& h) { CUDA_CHECK(cudaMemcpy(p_, h.data(), h.size(), cudaMemcpyHostToDevice)); }
-  std::vector<char> download(uint64_t n) const {
-    std::vector<char> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), p_, n, cudaMemcpyDeviceToHost));
-    return h;
-  }
-
- private:
-  void* p_ = nullptr;
-  uint64_t n_;
-};
+#define SKIP_WITHOUT_DEVICE()                                 \
+  if (const std::string why = test::no_device_reason(); !why.empty()) GTEST_SKIP() << why
 
 // Page-locked host memory (the slabs are; async copies from pageable memory are not async).
 class PinnedBuffer {
@@ -89,10 +70,10 @@ TEST(CudaCopier, CopiesOrderedAgainstTheComputeStream) {
   const uint64_t n = 64 * kMiB;
   auto c = make_cuda_copier();
   EXPECT_TRUE(c->on_cuda());
-  DeviceBuffer image(n);
+  DeviceArray<char> image(n);
   PinnedBuffer out(n), in(n), seen(n), out2(n);
   in.fill(pattern(n, 2));
-  image.upload(pattern(n, 1));
+  image.upload(pattern(n, 1).data());
   static int hold_ms = 300;
   // The "last update": a write on the compute stream, held back 300 ms, that copy_out must wait for.
   CUDA_CHECK(cudaLaunchHostFunc(cudaStreamLegacy, sleep_on_stream, &hold_ms));
@@ -127,7 +108,7 @@ TEST(CudaStager, SwapsReturnWhatWentHome) {
     EXPECT_TRUE(st.on_cuda());
     uint64_t largest = 0;
     for (const auto& u : f.units) largest = std::max(largest, u.bytes());
-    DeviceBuffer compute(largest);
+    DeviceArray<char> compute(static_cast<int64_t>(largest));
     std::map<int, std::vector<char>> truth;
     std::mt19937 g(11);
     std::vector<int> seq;
@@ -142,10 +123,10 @@ TEST(CudaStager, SwapsReturnWhatWentHome) {
       const uint64_t nb = f.units[to].bytes();
       EXPECT_EQ(loaded, truth.count(to) == 1) << "visit " << i;
       if (loaded) {
-        ASSERT_TRUE(compute.download(nb) == truth[to]) << "home " << static_cast<int>(home) << " visit " << i;
+        ASSERT_TRUE(compute.download(static_cast<int64_t>(nb)) == truth[to]) << "home " << static_cast<int>(home) << " visit " << i;
       }
       truth[to] = pattern(nb, static_cast<uint32_t>(100 + i));
-      compute.upload(truth[to]);
+      compute.upload(truth[to].data(), static_cast<int64_t>(nb));
       active = to;
       if (i + 1 < seq.size()) st.prefetch(seq[i + 1]);
     }

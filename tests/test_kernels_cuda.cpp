@@ -14,8 +14,8 @@
 #ifdef BCD_HAVE_CUDA_KERNELS
 #include <cuda_runtime_api.h>
 
+#include "cuda_test_helpers.h"
 #include "kernels/adamw_cuda.h"
-#include "kernels/cuda_check.h"
 #endif
 
 namespace bcd {
@@ -27,37 +27,8 @@ TEST(AdamWCuda, Unavailable) {
 }
 #else
 
-// Why no kernel can run here, or "" when a device is usable.
-std::string no_device_reason() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
-  if (count == 0) return "cudaGetDeviceCount returned 0";
-  return "";
-}
-
-// Device memory for `n` elements of T plus `pad` in front (to misalign the data on purpose).
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray(int64_t n, int64_t pad) : n_(n), pad_(pad) {
-    CUDA_CHECK(cudaMalloc(&base_, (n + pad) * sizeof(T)));
-  }
-  ~DeviceArray() { cudaFree(base_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() { return static_cast<T*>(base_) + pad_; }
-  void upload(const T* host) { CUDA_CHECK(cudaMemcpy(get(), host, n_ * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> download() {
-    std::vector<T> out(n_);
-    CUDA_CHECK(cudaMemcpy(out.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  void* base_ = nullptr;
-  int64_t n_, pad_;
-};
+using test::DeviceArray;
+using test::no_device_reason;
 
 // |a - r| / max(|r|, rms(r)), as in test_kernels.cpp; returns (max, elements not bitwise equal).
 std::pair<double, int64_t> compare(const std::vector<float>& a, const std::vector<float>& r) {
