@@ -18,10 +18,9 @@ cudaStream_t compute_stream() { return cudaStreamLegacy; }
 struct CudaCopyStreams::Impl {
   struct Copy {
     cudaEvent_t start = nullptr, end = nullptr;
-    bool timed = false;  // its duration is already in copy_s
   };
   cudaStream_t out = nullptr, in = nullptr;
-  cudaEvent_t compute_mark = nullptr;   // re-recorded on the compute stream before each copy_out
+  cudaEvent_t compute_mark = nullptr;   // re-recorded on the compute stream before each copy
   cudaEvent_t out_tail = nullptr;       // the latest copy_out's end
   cudaEvent_t in_tail = nullptr;        // the latest copy_in's end
   bool any_out = false, any_in = false;
@@ -42,13 +41,22 @@ struct CudaCopyStreams::Impl {
     return e;
   }
 
-  uint64_t enqueue(cudaStream_t s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  // Both copies touch the one compute image, so each follows everything issued before it that
+  // touches the image too: the compute stream's work so far and the other stream's last copy.
+  // (cudaStreamWaitEvent takes the event's state at the call, so re-recording a mark later is safe.)
+  uint64_t copy(cudaStream_t s, cudaEvent_t tail, bool& any, cudaEvent_t other_tail, bool other_any, void* dst,
+                const void* src, size_t bytes, cudaMemcpyKind kind) {
+    CUDA_CHECK(cudaEventRecord(compute_mark, compute_stream()));
+    CUDA_CHECK(cudaStreamWaitEvent(s, compute_mark, 0));
+    if (other_any) CUDA_CHECK(cudaStreamWaitEvent(s, other_tail, 0));
     Copy c;
     c.start = event(true);
     c.end = event(true);
     CUDA_CHECK(cudaEventRecord(c.start, s));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
     CUDA_CHECK(cudaEventRecord(c.end, s));
+    CUDA_CHECK(cudaEventRecord(tail, s));
+    any = true;
     const uint64_t t = next++;
     copies[t] = c;
     return t;
@@ -88,29 +96,14 @@ CudaCopyStreams::~CudaCopyStreams() {
   if (m.in) cudaStreamDestroy(m.in);
 }
 
-// Both copies touch the one compute image, so each follows everything issued before it that
-// touches the image too: the compute stream's work so far and the other stream's last copy.
-// (cudaStreamWaitEvent takes the event's state at the call, so re-recording a mark later is safe.)
 uint64_t CudaCopyStreams::copy_out(void* host, const void* device, size_t bytes) {
   Impl& m = *impl_;
-  CUDA_CHECK(cudaEventRecord(m.compute_mark, compute_stream()));
-  CUDA_CHECK(cudaStreamWaitEvent(m.out, m.compute_mark, 0));
-  if (m.any_in) CUDA_CHECK(cudaStreamWaitEvent(m.out, m.in_tail, 0));
-  const uint64_t t = m.enqueue(m.out, host, device, bytes, cudaMemcpyDeviceToHost);
-  CUDA_CHECK(cudaEventRecord(m.out_tail, m.out));
-  m.any_out = true;
-  return t;
+  return m.copy(m.out, m.out_tail, m.any_out, m.in_tail, m.any_in, host, device, bytes, cudaMemcpyDeviceToHost);
 }
 
 uint64_t CudaCopyStreams::copy_in(void* device, const void* host, size_t bytes) {
   Impl& m = *impl_;
-  CUDA_CHECK(cudaEventRecord(m.compute_mark, compute_stream()));
-  CUDA_CHECK(cudaStreamWaitEvent(m.in, m.compute_mark, 0));
-  if (m.any_out) CUDA_CHECK(cudaStreamWaitEvent(m.in, m.out_tail, 0));
-  const uint64_t t = m.enqueue(m.in, device, host, bytes, cudaMemcpyHostToDevice);
-  CUDA_CHECK(cudaEventRecord(m.in_tail, m.in));
-  m.any_in = true;
-  return t;
+  return m.copy(m.in, m.in_tail, m.any_in, m.out_tail, m.any_out, device, host, bytes, cudaMemcpyHostToDevice);
 }
 
 bool CudaCopyStreams::done(uint64_t token) {
@@ -148,15 +141,6 @@ double CudaCopyStreams::copy_seconds() {
   }
   for (uint64_t t : finished) impl_->retire(t);
   return impl_->copy_s;
-}
-
-bool CudaCopyStreams::device_usable() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  return true;
 }
 
 }  // namespace bcd

@@ -29,8 +29,6 @@ class CudaCopyStreams {
   void fence();                // compute stream waits for every copy issued so far
   double copy_seconds();       // summed event-timed durations of copies found finished
 
-  static bool device_usable();  // a CUDA device is present and the runtime answers
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -5,12 +5,17 @@
 
 namespace bcd {
 
-void* cuda_pinned_alloc(size_t bytes) {
+bool cuda_device_usable() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     cudaGetLastError();  // clear the sticky "no device" status
-    return nullptr;
+    return false;
   }
+  return true;
+}
+
+void* cuda_pinned_alloc(size_t bytes) {
+  if (!cuda_device_usable()) return nullptr;
   void* p = nullptr;
   if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
     cudaGetLastError();

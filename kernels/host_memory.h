@@ -1,10 +1,14 @@
-// Page-locked host memory from the CUDA runtime, for the staging slab pool (DESIGN.md §2).
-// Includable from plain C++; implemented in host_memory.cu on CUDA builds only.
+// CUDA runtime facts (is a device usable, how much memory) and page-locked host memory for the
+// staging slab pool (DESIGN.md §2). Includable from plain C++; implemented in host_memory.cu on
+// CUDA builds only.
 #pragma once
 
 #include <cstddef>
 
 namespace bcd {
+
+// A CUDA device is present and the runtime answers (cudaGetDeviceCount).
+bool cuda_device_usable();
 
 // cudaHostAlloc(portable) of `bytes`; nullptr when no CUDA device is usable or the call fails
 // (the caller then falls back to ordinary aligned memory).

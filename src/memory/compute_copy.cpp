@@ -11,6 +11,7 @@
 #include "runtime/error.h"
 #ifdef BCD_HAVE_CUDA_KERNELS
 #include "kernels/copy_streams.h"
+#include "kernels/host_memory.h"
 #endif
 
 namespace bcd {
@@ -123,7 +124,7 @@ std::unique_ptr<ComputeCopier> make_thread_copier() { return std::make_unique<Th
 
 std::unique_ptr<ComputeCopier> make_cuda_copier() {
 #ifdef BCD_HAVE_CUDA_KERNELS
-  if (!CudaCopyStreams::device_usable()) user_error("memory: compute state is on CUDA but no CUDA device is usable");
+  if (!cuda_device_usable()) user_error("memory: compute state is on CUDA but no CUDA device is usable");
   return std::make_unique<CudaCopier>();
 #else
   user_error("memory: compute state is on CUDA but this build has no CUDA kernels (configure with -DBCD_CUDA=ON)");
