@@ -143,6 +143,21 @@ void Stager::poll() {
     if (!w.started && copier_->done(w.filled)) start_write(w);
 }
 
+void Stager::retire_oldest_write() {
+  Op op = writes_.front();
+  writes_.erase(writes_.begin());
+  pool_->release(op.slab);  // back whatever happens below: nothing takes it before we return
+  start_write(op);
+  finish(op);
+}
+
+void Stager::retire_oldest_in() {
+  const InCopy c = ins_.front();
+  ins_.erase(ins_.begin());
+  pool_->release(c.slab);  // as above
+  copier_->wait(c.token);
+}
+
 void Stager::start_writes_of(int unit) {
   for (Op& w : writes_)
     if (w.unit == unit) start_write(w);
@@ -151,27 +166,15 @@ void Stager::start_writes_of(int unit) {
 int Stager::take_slab() {
   poll();
   // Finished write-backs give their slabs back first (and report their errors).
-  while (!writes_.empty() && write_done(writes_.front())) {
-    Op op = writes_.front();
-    writes_.erase(writes_.begin());
-    pool_->release(op.slab);
-    finish(op);
-  }
+  while (!writes_.empty() && write_done(writes_.front())) retire_oldest_write();
   int s = pool_->acquire();
   if (s >= 0) return s;
   if (!ins_.empty()) {  // a copy into the compute tier still holds one: the oldest
-    const InCopy c = ins_.front();
-    ins_.erase(ins_.begin());
-    copier_->wait(c.token);
-    pool_->release(c.slab);
+    retire_oldest_in();
     return pool_->acquire();
   }
   if (!writes_.empty()) {  // wait for the oldest write-back
-    Op op = writes_.front();
-    writes_.erase(writes_.begin());
-    pool_->release(op.slab);  // back whatever happens below: nothing takes it before we return
-    start_write(op);
-    finish(op);
+    retire_oldest_write();
     return pool_->acquire();
   }
   BCD_CHECK(false, "staging pool: all {} slabs hold prefetches", pool_->count());
@@ -318,19 +321,8 @@ void Stager::put(int unit, const void* src) {
 }
 
 void Stager::flush() {
-  while (!ins_.empty()) {
-    const InCopy c = ins_.front();
-    ins_.erase(ins_.begin());
-    pool_->release(c.slab);
-    copier_->wait(c.token);
-  }
-  while (!writes_.empty()) {
-    Op op = writes_.front();
-    writes_.erase(writes_.begin());
-    pool_->release(op.slab);
-    start_write(op);
-    finish(op);
-  }
+  while (!ins_.empty()) retire_oldest_in();
+  while (!writes_.empty()) retire_oldest_write();
   for (auto& [unit, f] : host_writes_) f.wait();
   host_writes_.clear();
 }

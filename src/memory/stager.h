@@ -127,6 +127,8 @@ class Stager {
   void start_write(Op& op);           // waits for its compute copy, then submits it
   void poll();                        // starts write-backs / frees slabs whose copies finished
   void start_writes_of(int unit);     // before anything reads `unit`'s home
+  void retire_oldest_write();         // waits for it (and its copy); its slab goes back
+  void retire_oldest_in();            // waits for the copy; its slab goes back
   bool write_done(const Op& op);
   int take_slab();                    // a free slab, waiting for the oldest write-back if needed
   void wait_host_write(int unit);
