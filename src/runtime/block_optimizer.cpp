@@ -139,26 +139,30 @@ void BlockAdamW::step(double lr) {
     h.step = steps_[active_];
     float* m = image + m_at(u.elems) + r.offset;
     float* v = image + v_at(u.elems) + r.offset;
+    // bf16 runs: the fp32 master is in the image, the gradient and working copy are bf16 (the
+    // update rounds the master into the working copy). fp32 runs: the working weights are the master.
+    float* master;
+    const void* grad;
+    uint16_t* work = nullptr;
+    if (separate_master_) {
+      master = image + master_at(u.elems) + r.offset;
+      grad = reinterpret_cast<const uint16_t*>(blk.grad().data_ptr<at::BFloat16>()) + seg.begin;
+      work = reinterpret_cast<uint16_t*>(blk.data().data_ptr<at::BFloat16>()) + seg.begin;
+    } else {
+      master = blk.data().data_ptr<float>() + seg.begin;
+      grad = blk.grad().data_ptr<float>() + seg.begin;
+    }
     if (on_cuda_) {
 #ifdef BCD_HAVE_CUDA_KERNELS
       // Enqueued on the compute stream, after the fence's waits on the copy streams.
-      const bool bf16 = separate_master_;
-      float* master = bf16 ? image + master_at(u.elems) + r.offset : blk.data().data_ptr<float>() + seg.begin;
-      const void* grad = bf16 ? static_cast<const void*>(reinterpret_cast<const uint16_t*>(blk.grad().data_ptr<at::BFloat16>()) + seg.begin)
-                              : static_cast<const void*>(blk.grad().data_ptr<float>() + seg.begin);
-      uint16_t* work = bf16 ? reinterpret_cast<uint16_t*>(blk.data().data_ptr<at::BFloat16>()) + seg.begin : nullptr;
-      adamw_step_cuda(master, grad, bf16, m, v, r.numel, h, work, nullptr);
+      adamw_step_cuda(master, grad, separate_master_, m, v, r.numel, h, work, nullptr);
 #else
       BCD_CHECK(false, "CUDA state in a build without CUDA kernels");
 #endif
-    } else if (!separate_master_) {
-      float* master = blk.data().data_ptr<float>() + seg.begin;
-      const float* grad = blk.grad().data_ptr<float>() + seg.begin;
-      adamw_step_cpu(master, grad, m, v, r.numel, h, nullptr);
+    } else if (separate_master_) {
+      adamw_step_cpu_bf16grad(master, static_cast<const uint16_t*>(grad), m, v, r.numel, h, work);
     } else {
-      auto* work = reinterpret_cast<uint16_t*>(blk.data().data_ptr<at::BFloat16>()) + seg.begin;
-      const auto* grad = reinterpret_cast<const uint16_t*>(blk.grad().data_ptr<at::BFloat16>()) + seg.begin;
-      adamw_step_cpu_bf16grad(image + master_at(u.elems) + r.offset, grad, m, v, r.numel, h, work);
+      adamw_step_cpu(master, static_cast<const float*>(grad), m, v, r.numel, h, nullptr);
     }
   }
 }
