@@ -23,7 +23,7 @@
 #endif
 
 #include "kernels/adamw_math.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 namespace {

@@ -1,7 +1,7 @@
-// CUDA_CHECK: the always-on status check (runtime/error.h) instantiated for the CUDA runtime.
+// CUDA_CHECK: the always-on status check (base/error.h) instantiated for the CUDA runtime.
 // The caller includes <cuda_runtime_api.h>; this header pulls in no CUDA itself.
 #pragma once
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 #define CUDA_CHECK(x) BCD_CHECK_STATUS(x, cudaSuccess, cudaGetErrorString)

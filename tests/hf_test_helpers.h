@@ -15,14 +15,14 @@
 #include <map>
 #include <set>
 
-#include "io/weights.h"
+#include "model/weights.h"
 #include "model/hf_config.h"
 #include "model/hf_export.h"
 #include "model/hf_import.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "test_util.h"
 
 namespace bcd::hf_test {

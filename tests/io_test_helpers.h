@@ -25,14 +25,14 @@
 #include <tuple>
 #include <vector>
 
-#include "io/bytes.h"
+#include "base/bytes.h"
 #include "io/direct_io.h"
 #include "io/extent_store.h"
 #include "io/fault_engine.h"
 #include "io/io_engine.h"
 #include "io/iobench.h"
 #include "io/thread_engine.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "test_util.h"
 
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "io/checkpoint.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "test_util.h"
 
 namespace bcd {

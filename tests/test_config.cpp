@@ -1,8 +1,8 @@
 // Config tests: defaults, file + overrides, unknown keys and wrong types named, validation.
 #include <gtest/gtest.h>
 
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "test_util.h"
 
 namespace bcd {

@@ -16,7 +16,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/tokenizer.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "test_util.h"
 
 namespace bcd {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/adamw.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 namespace {

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <sstream>
 
-#include "io/weights.h"
+#include "model/weights.h"
 #include "memory/planner.h"
 #include "model/llama.h"
-#include "runtime/config.h"
+#include "base/config.h"
 #include "test_util.h"
 
 namespace bcd {

@@ -6,7 +6,7 @@
 
 #include "model/hf_config.h"
 #include "model/llama.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "test_util.h"
 
 namespace bcd {

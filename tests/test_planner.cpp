@@ -5,8 +5,8 @@
 #include "memory/planner.h"
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "test_util.h"
 
 namespace bcd {

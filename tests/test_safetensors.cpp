@@ -10,7 +10,7 @@
 #include <functional>
 
 #include "model/safetensors.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "test_util.h"
 
 namespace bcd {

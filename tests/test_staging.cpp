@@ -13,7 +13,7 @@
 #include "memory/stager.h"
 #include "model/llama.h"
 #include "runtime/block_optimizer.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "staging_test_helpers.h"
 #include "test_util.h"
 

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd::test {
 

@@ -1,237 +1,28 @@
-// HDF5 checkpoint files: atomic writes, checksummed datasets, retention.
+// Checkpoint files: the format check on open, listing and retention.
 #include "io/checkpoint.h"
 
-#include <H5Cpp.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
-#include <cstdio>
 #include <filesystem>
 #include <regex>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-constexpr hsize_t kChunk = 1 << 20;  // elements per chunk (4 MiB of fp32): the unit of checksums
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) user_error("{}: cannot open to fsync", path);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) user_error("{}: fsync failed", path);
-}
-
-// The parent groups of an object path, created as needed.
-H5::Group ensure_group(H5::H5File& f, const std::string& path) {
-  std::string at;
-  size_t pos = 1;
-  while (pos <= path.size()) {
-    const size_t next = path.find('/', pos);
-    at = path.substr(0, next == std::string::npos ? path.size() : next);
-    if (!f.nameExists(at)) f.createGroup(at);
-    if (next == std::string::npos) break;
-    pos = next + 1;
-  }
-  return f.openGroup(path.empty() ? "/" : path);
-}
-
-std::string parent_of(const std::string& path) {
-  const size_t s = path.rfind('/');
-  return s == 0 || s == std::string::npos ? "/" : path.substr(0, s);
-}
-
-}  // namespace
-
-// ---- Writer ----
-
-struct CheckpointWriter::Impl {
-  std::string path, tmp;
-  H5::H5File file;
-  bool open = false, committed = false;
-};
-
-CheckpointWriter::CheckpointWriter(std::string path) : impl_(std::make_unique<Impl>()) {
-  H5::Exception::dontPrint();
-  impl_->path = std::move(path);
-  impl_->tmp = impl_->path + ".tmp-" + std::to_string(::getpid());
-  try {
-    impl_->file = H5::H5File(impl_->tmp, H5F_ACC_TRUNC);
-    impl_->open = true;
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot create checkpoint ({})", impl_->tmp, e.getDetailMsg());
-  }
-  attr("/", "format", kCheckpointFormat);
-  attr("/", "version", kCheckpointVersion);
-}
-
-CheckpointWriter::~CheckpointWriter() {
-  if (impl_->committed) return;
-  try {
-    if (impl_->open) impl_->file.close();
-  } catch (const H5::Exception&) {
-  }
-  std::remove(impl_->tmp.c_str());
-}
-
-void CheckpointWriter::group(const std::string& path) {
-  try {
-    ensure_group(impl_->file, path);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot create group {} ({})", impl_->tmp, path, e.getDetailMsg());
-  }
-}
-
-void CheckpointWriter::attr(const std::string& object, const std::string& name, int64_t value) {
-  try {
-    H5::Group g = ensure_group(impl_->file, object == "/" ? "" : object);
-    H5::Attribute a = g.createAttribute(name, H5::PredType::NATIVE_INT64, H5::DataSpace(H5S_SCALAR));
-    a.write(H5::PredType::NATIVE_INT64, &value);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot write attribute {}:{} ({})", impl_->tmp, object, name, e.getDetailMsg());
-  }
-}
-
-void CheckpointWriter::attr(const std::string& object, const std::string& name, const std::string& value) {
-  try {
-    H5::Group g = ensure_group(impl_->file, object == "/" ? "" : object);
-    H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
-    H5::Attribute a = g.createAttribute(name, t, H5::DataSpace(H5S_SCALAR));
-    a.write(t, value);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot write attribute {}:{} ({})", impl_->tmp, object, name, e.getDetailMsg());
-  }
-}
-
-void CheckpointWriter::floats(const std::string& dataset, const float* data, uint64_t n) {
-  try {
-    ensure_group(impl_->file, parent_of(dataset) == "/" ? "" : parent_of(dataset));
-    hsize_t dims = n;
-    H5::DSetCreatPropList props;
-    if (n > 0) {
-      hsize_t chunk = std::min<hsize_t>(kChunk, n);
-      props.setChunk(1, &chunk);
-      props.setFletcher32();
-    }
-    H5::DataSet ds = impl_->file.createDataSet(dataset, H5::PredType::NATIVE_FLOAT, H5::DataSpace(1, &dims), props);
-    if (n > 0) ds.write(data, H5::PredType::NATIVE_FLOAT);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot write {} ({})", impl_->tmp, dataset, e.getDetailMsg());
-  }
-}
-
-void CheckpointWriter::commit() {
-  BCD_CHECK(!impl_->committed, "checkpoint {} committed twice", impl_->path);
-  try {
-    impl_->file.close();
-    impl_->open = false;
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot close checkpoint ({})", impl_->tmp, e.getDetailMsg());
-  }
-  fsync_path(impl_->tmp, false);
-  if (std::rename(impl_->tmp.c_str(), impl_->path.c_str()) != 0)
-    user_error("{}: cannot rename {} into place", impl_->path, impl_->tmp);
-  impl_->committed = true;
-  fsync_path(fs::path(impl_->path).parent_path().empty() ? "." : fs::path(impl_->path).parent_path().string(), true);
-}
-
-// ---- Reader ----
-
-struct CheckpointReader::Impl {
-  H5::H5File file;
-};
-
-CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)), impl_(std::make_unique<Impl>()) {
-  H5::Exception::dontPrint();
-  if (!fs::exists(path_)) user_error("{}: checkpoint not found", path_);
-  try {
-    impl_->file = H5::H5File(path_, H5F_ACC_RDONLY);
-  } catch (const H5::Exception& e) {
-    user_error("{}: not a readable checkpoint (truncated or corrupt HDF5: {})", path_, e.getDetailMsg());
-  }
-  std::string format;
-  try {
-    format = attr_str("/", "format");
-  } catch (const UserError&) {
-    user_error("{}: not a bcdtrain checkpoint (no format attribute)", path_);
-  }
+CheckpointReader::CheckpointReader(std::string path) : StateFileReader(std::move(path), "checkpoint") {
+  const std::string format = this->format();
+  if (format.empty()) user_error("{}: not a bcdtrain checkpoint (no format attribute)", this->path());
   if (format != kCheckpointFormat)
     user_error("{}: not a bcdtrain checkpoint (format \"{}\"; a weights file can start a run with "
-               "model.init_from, not resume one)", path_, format);
+               "model.init_from, not resume one)", this->path(), format);
   const int64_t v = attr_int("/", "version");
-  if (v != kCheckpointVersion) user_error("{}: checkpoint version {}, this build reads {}", path_, v, kCheckpointVersion);
-}
-
-CheckpointReader::~CheckpointReader() = default;
-
-bool CheckpointReader::has(const std::string& object) const {
-  try {
-    return impl_->file.nameExists(object);
-  } catch (const H5::Exception&) {
-    return false;
-  }
-}
-
-int64_t CheckpointReader::attr_int(const std::string& object, const std::string& name) const {
-  try {
-    H5::Group g = impl_->file.openGroup(object);
-    if (!g.attrExists(name)) user_error("{}: {} has no attribute {}", path_, object, name);
-    H5::Attribute a = g.openAttribute(name);
-    if (a.getTypeClass() != H5T_INTEGER) user_error("{}: {}:{} is not an integer", path_, object, name);
-    int64_t v = 0;
-    a.read(H5::PredType::NATIVE_INT64, &v);
-    return v;
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot read {}:{} ({})", path_, object, name, e.getDetailMsg());
-  }
-}
-
-std::string CheckpointReader::attr_str(const std::string& object, const std::string& name) const {
-  try {
-    H5::Group g = impl_->file.openGroup(object);
-    if (!g.attrExists(name)) user_error("{}: {} has no attribute {}", path_, object, name);
-    H5::Attribute a = g.openAttribute(name);
-    if (a.getTypeClass() != H5T_STRING) user_error("{}: {}:{} is not a string", path_, object, name);
-    std::string out;
-    a.read(a.getStrType(), out);
-    return out;
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot read {}:{} ({})", path_, object, name, e.getDetailMsg());
-  }
-}
-
-uint64_t CheckpointReader::length(const std::string& dataset) const {
-  try {
-    if (!impl_->file.nameExists(dataset)) user_error("{}: {} missing", path_, dataset);
-    H5::DataSet ds = impl_->file.openDataSet(dataset);
-    H5::DataSpace sp = ds.getSpace();
-    if (sp.getSimpleExtentNdims() != 1) user_error("{}: {} is not 1-D", path_, dataset);
-    hsize_t n = 0;
-    sp.getSimpleExtentDims(&n);
-    return n;
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot read {} ({})", path_, dataset, e.getDetailMsg());
-  }
-}
-
-void CheckpointReader::floats(const std::string& dataset, float* out, uint64_t n) const {
-  const uint64_t have = length(dataset);
-  if (have != n) user_error("{}: {} has {} elements, expected {}", path_, dataset, have, n);
-  if (n == 0) return;
-  try {
-    H5::DataSet ds = impl_->file.openDataSet(dataset);
-    if (ds.getTypeClass() != H5T_FLOAT) user_error("{}: {} is not float data", path_, dataset);
-    ds.read(out, H5::PredType::NATIVE_FLOAT);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot read {} (checksum or I/O error: {})", path_, dataset, e.getDetailMsg());
-  }
+  if (v != kCheckpointVersion)
+    user_error("{}: checkpoint version {}, this build reads {}", this->path(), v, kCheckpointVersion);
 }
 
 // ---- Files ----

@@ -1,66 +1,34 @@
-// Training checkpoints: one HDF5 file per checkpoint, <run_dir>/checkpoints/step-<N>.h5, a
-// superset of the weights file (io/weights.h): /blocks/<name> and the config attribute, plus
-// whatever the trainer needs to continue exactly (optimizer state per unit, scheduler, loader).
-// Every dataset is chunked with HDF5's Fletcher-32 checksum, so a flipped bit is an error on
-// read, never a value. Written to a temporary file, fsync'd, renamed, the directory fsync'd:
-// a crash at any moment leaves the previous checkpoint intact.
+// Training checkpoints: one state file (io/state_file.h: atomic, checksummed) per checkpoint,
+// <run_dir>/checkpoints/step-<N>.h5, a superset of the weights file (model/weights.h):
+// /blocks/<name> and the config attribute, plus whatever the trainer needs to continue exactly
+// (runtime/train_state.h: optimizer state per unit, scheduler, loader). Here: the format, and
+// the files of a checkpoint directory.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "io/state_file.h"
 
 namespace bcd {
 
 constexpr const char* kCheckpointFormat = "bcdtrain-checkpoint";
 constexpr int kCheckpointVersion = 1;
 
-class CheckpointWriter {
+// A checkpoint being written: the root attributes format and version are set.
+class CheckpointWriter : public StateFileWriter {
  public:
-  // Opens <path>.tmp-<pid> for writing; UserError naming the path when it can't.
-  explicit CheckpointWriter(std::string path);
-  ~CheckpointWriter();  // without commit(): the temporary file is removed
-  CheckpointWriter(const CheckpointWriter&) = delete;
-  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
-
-  // Objects are addressed by path ("/rank0/loader"); missing groups are created.
-  void group(const std::string& path);
-  void attr(const std::string& object, const std::string& name, int64_t value);
-  void attr(const std::string& object, const std::string& name, const std::string& value);
-  void floats(const std::string& dataset, const float* data, uint64_t n);  // 1-D float32
-
-  // Closes, fsyncs and renames into place, then fsyncs the directory.
-  void commit();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  explicit CheckpointWriter(std::string path)
+      : StateFileWriter(std::move(path), kCheckpointFormat, kCheckpointVersion, "checkpoint") {}
 };
 
-class CheckpointReader {
+// UserError naming the file when it is missing, unreadable (e.g. truncated) or not a checkpoint
+// of a version this build reads.
+class CheckpointReader : public StateFileReader {
  public:
-  // UserError naming the file when it is missing, unreadable (e.g. truncated) or not a
-  // checkpoint of a version this build reads.
   explicit CheckpointReader(std::string path);
-  ~CheckpointReader();
-  CheckpointReader(const CheckpointReader&) = delete;
-  CheckpointReader& operator=(const CheckpointReader&) = delete;
-
-  const std::string& path() const { return path_; }
-  bool has(const std::string& object) const;
-  // UserError naming the file, the object and the attribute when absent or of another type.
-  int64_t attr_int(const std::string& object, const std::string& name) const;
-  std::string attr_str(const std::string& object, const std::string& name) const;
-  uint64_t length(const std::string& dataset) const;  // elements of a 1-D dataset
-  // Reads exactly n floats; UserError naming the file and dataset on a length mismatch or a
-  // failed checksum.
-  void floats(const std::string& dataset, float* out, uint64_t n) const;
-
- private:
-  struct Impl;
-  std::string path_;
-  std::unique_ptr<Impl> impl_;
 };
 
 // Checkpoint files of a directory (step-<N>.h5), oldest first by N; temporaries are ignored.

@@ -18,7 +18,7 @@
 #include <system_error>
 
 #include "io/tokenizer.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

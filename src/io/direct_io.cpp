@@ -14,7 +14,7 @@
 #include <cstring>
 #include <new>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

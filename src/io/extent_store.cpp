@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "io/bytes.h"
-#include "runtime/error.h"
+#include "base/bytes.h"
+#include "base/error.h"
 
 namespace bcd {
 

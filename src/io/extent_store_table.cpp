@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/extent_store.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -9,7 +9,7 @@
 #include "io/direct_io.h"
 #include "io/thread_engine.h"
 #include "io/uring_engine.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "io/direct_io.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

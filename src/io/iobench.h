@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "io/bytes.h"      // parse_bytes for --size / --block-size
+#include "base/bytes.h"      // parse_bytes for --size / --block-size
 #include "io/io_engine.h"  // parse_io_op (--mode), parse_engine_kind (--engine)
 
 namespace bcd {

@@ -21,7 +21,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

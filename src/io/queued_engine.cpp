@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "io/direct_io.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -14,7 +14,7 @@
 #include <system_error>
 #include <unordered_map>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #ifdef BCD_HAVE_CUDA_KERNELS
 #include "kernels/copy_streams.h"
 #include "kernels/host_memory.h"

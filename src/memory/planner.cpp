@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "memory/tier.h"
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace bcd {
 

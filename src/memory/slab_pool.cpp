@@ -6,7 +6,7 @@
 #include <new>
 
 #include "io/direct_io.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #ifdef BCD_HAVE_CUDA_KERNELS
 #include "kernels/host_memory.h"
 #endif

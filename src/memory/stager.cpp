@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

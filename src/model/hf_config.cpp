@@ -5,8 +5,8 @@
 
 #include <fstream>
 
-#include "io/weights.h"
-#include "runtime/error.h"
+#include "model/weights.h"
+#include "base/error.h"
 
 namespace bcd {
 

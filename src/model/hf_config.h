@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace bcd {
 

@@ -14,10 +14,10 @@
 #include <set>
 #include <sstream>
 
-#include "io/weights.h"
+#include "model/weights.h"
 #include "model/hf_weights.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include "base/config.h"
+#include "base/error.h"
 
 namespace bcd {
 

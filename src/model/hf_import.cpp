@@ -11,12 +11,12 @@
 #include <set>
 #include <sstream>
 
-#include "io/weights.h"
+#include "model/weights.h"
 #include "model/hf_config.h"
 #include "model/hf_weights.h"
 #include "model/safetensors.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include "base/config.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

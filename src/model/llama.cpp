@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 namespace F = torch::nn::functional;

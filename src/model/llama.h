@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/block.h"
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace bcd {
 

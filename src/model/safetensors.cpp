@@ -16,7 +16,7 @@
 #include <set>
 #include <utility>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd::st {
 

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "model/llama.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

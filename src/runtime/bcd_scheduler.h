@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace bcd {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kernels/adamw.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #ifdef BCD_HAVE_CUDA_KERNELS
 #include "kernels/adamw_cuda.h"
 #endif

@@ -18,7 +18,7 @@
 #include "memory/stager.h"
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace bcd {
 

@@ -14,20 +14,20 @@
 #include <set>
 #include <sstream>
 
-#include "io/bytes.h"
+#include "base/bytes.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/iobench.h"
 #include "io/tokenizer.h"
-#include "io/weights.h"
+#include "model/weights.h"
 #include "memory/planner.h"
 #include "model/hf_config.h"
 #include "model/hf_export.h"
 #include "model/hf_import.h"
 #include "model/hf_weights.h"
 #include "model/llama.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "runtime/sampler.h"
 #include "runtime/trainer.h"
 

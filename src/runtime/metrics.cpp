@@ -1,7 +1,7 @@
 // Metrics sink: JSON lines, one flush per record so a crash loses at most the current step.
 #include "runtime/metrics.h"
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "model/llama.h"
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace bcd {
 

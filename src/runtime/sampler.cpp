@@ -3,7 +3,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "memory/stager.h"
-#include "runtime/config.h"
+#include "base/config.h"
 
 namespace bcd {
 

@@ -14,7 +14,7 @@
 
 #include "bench_util.h"
 #include "io/dataset.h"
-#include "runtime/config.h"
+#include "base/config.h"
 #include "runtime/trainer.h"
 
 using namespace bcd;

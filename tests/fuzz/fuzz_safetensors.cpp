@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "model/safetensors.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

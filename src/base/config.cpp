@@ -1,5 +1,5 @@
 // Config loading: TOML tables onto the typed structs of config.h, overrides, validation, dumps.
-#include "runtime/config.h"
+#include "base/config.h"
 
 #include <toml++/toml.h>
 
@@ -7,8 +7,8 @@
 #include <set>
 #include <sstream>
 
-#include "io/bytes.h"
-#include "runtime/error.h"
+#include "base/bytes.h"
+#include "base/error.h"
 
 namespace bcd {
 namespace {

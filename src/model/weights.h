@@ -1,5 +1,6 @@
-// Model weights file (<run_dir>/model.h5): every block's flat working buffer plus the config.
-// Full training checkpoints (optimizer state, scheduler, data position) build on this layout.
+// Model weights file (<run_dir>/model.h5): every block's flat working buffer plus the config, in
+// a state file (io/state_file.h: atomic write, checksummed datasets). Full training checkpoints
+// (io/checkpoint.h: optimizer state, scheduler, data position) build on this layout.
 //   /blocks/<block name>  float32 [numel]   (the block's flat buffer, padding included)
 //   root attributes: format ("bcdtrain-weights"), version, config (TOML text), and any extra
 //   string attributes the writer was given (an import from HF adds hf_config_json, hf_dtype,

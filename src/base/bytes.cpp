@@ -1,5 +1,5 @@
 // Parsing and printing of byte counts with binary and decimal units.
-#include "io/bytes.h"
+#include "base/bytes.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 

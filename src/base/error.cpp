@@ -1,5 +1,5 @@
 // Formatting of internal failures.
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace bcd {
 
