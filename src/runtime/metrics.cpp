@@ -1,7 +1,13 @@
-// Metrics sink: JSON lines, one flush per record so a crash loses at most the current step.
+// Metrics: JSON lines, one flush per record so a crash loses at most the current step.
 #include "runtime/metrics.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
 #include "base/error.h"
+#include "runtime/run_setup.h"
 
 namespace bcd {
 
@@ -14,6 +20,102 @@ void MetricsWriter::write(const nlohmann::json& record) {
   out_ << record.dump() << '\n';
   out_.flush();
   if (!out_) user_error("{}: write failed (disk full?)", path_);
+}
+
+void truncate_metrics(const std::string& path, int64_t first_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() >= first_step) break;
+    } catch (const std::exception&) {
+      break;  // a torn last line of a killed run
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << kept;
+    if (!out) user_error("{}: cannot write", tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+void MetricsLog::record(const StepStats& s, const RunSetup& run) {
+  const BcdConfig& bc = run.cfg.bcd;
+  const BlockAdamW* opt = run.block_opt.get();
+  nlohmann::json rec = {{"step", s.step},
+                        {"loss", s.loss},
+                        {"lr", s.lr},
+                        {"grad_norm", s.grad_norm},
+                        {"tokens", run.tokens_per_step() * s.step},
+                        {"tokens_per_s", s.tokens_per_s},
+                        {"elapsed_s", s.elapsed_s}};
+  if (s.val_loss) rec["val_loss"] = *s.val_loss;
+  if (bc.enabled) {
+    rec["block"] = run.units[s.unit].name;
+    rec["block_id"] = s.unit;
+    rec["block_epoch"] = run.sched.epoch();
+    rec["step_in_visit"] = run.sched.step_in_visit();
+  }
+  rec["optim_state_bytes"] = run.torch_opt ? run.torch_opt->state_bytes() : opt->state_bytes();
+  if (opt) rec["block_state_bytes"] = opt->unit_moment_bytes(s.unit);
+  if (opt && bc.enabled && (run.sched.step_in_visit() == 0 || s.step == 1)) {
+    nlohmann::json per_block;  // moments held per block at the start of each visit
+    for (size_t u = 0; u < run.units.size(); ++u) per_block[run.units[u].name] = opt->unit_moment_bytes(static_cast<int>(u));
+    rec["state_bytes_by_block"] = per_block;
+  }
+  if (opt) {  // staging since the previous record, and totals
+    const StagerStats& st = opt->staging();
+    rec["switches"] = st.switches - logged_staging_.switches;
+    rec["stall_ms"] = 1e3 * (st.stall_s - logged_staging_.stall_s);
+    rec["stall_ms_total"] = 1e3 * st.stall_s;
+    rec["switch_copy_ms_total"] = 1e3 * st.copy_s;
+    rec["staged_bytes"] = {{"nvme_read", st.nvme_read_bytes},   {"nvme_write", st.nvme_write_bytes},
+                           {"host_read", st.host_read_bytes},   {"host_write", st.host_write_bytes},
+                           {"compute_in", st.compute_in_bytes}, {"compute_out", st.compute_out_bytes}};
+    logged_staging_ = st;
+  }
+  const MemoryAccounting& acct = run.acct;
+  rec["memory_peak_bytes"] = {{"compute", acct.usage(Pool::kCompute).total_peak},
+                              {"pinned", acct.usage(Pool::kPinned).total_peak},
+                              {"host", acct.usage(Pool::kHost).total_peak},
+                              {"nvme", acct.usage(Pool::kNvme).total_peak}};
+  rec["rss_peak_bytes"] = process_memory_bytes("VmHWM");
+  if (checkpoint_s > 0) rec["checkpoint_s_total"] = checkpoint_s;
+  if (s.step == run.cfg.train.steps) rec["memory"] = acct.to_json();
+  writer_.write(rec);
+}
+
+std::string MetricsLog::progress_line(const StepStats& s, const RunSetup& run) {
+  const int64_t steps = run.cfg.train.steps;
+  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}", s.step,
+                                 std::to_string(steps).size(), steps, s.loss, s.lr, s.tokens_per_s,
+                                 format_duration(s.eta_s));
+  if (s.val_loss) line += fmt::format(" | val {:.4f}", *s.val_loss);
+  if (run.cfg.bcd.enabled) line += fmt::format(" | {} (epoch {})", run.units[s.unit].name, run.sched.epoch());
+  return line;
+}
+
+uint64_t process_memory_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(k, 0) == 0) return std::stoull(line.substr(k.size())) * 1024;  // "VmHWM:  1234 kB"
+  return 0;
+}
+
+std::string format_duration(double s) {
+  if (s < 0 || !std::isfinite(s)) return "?";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
 }
 
 }  // namespace bcd

@@ -1,12 +1,19 @@
-// <run_dir>/metrics.jsonl: one JSON object per logged step, flushed as written.
+// <run_dir>/metrics.jsonl: one JSON object per logged step, flushed as written; the record of a
+// step and the progress line built from the same figures.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 
+#include "memory/stager.h"
+
 namespace bcd {
+
+class RunSetup;
 
 class MetricsWriter {
  public:
@@ -19,5 +26,44 @@ class MetricsWriter {
   std::string path_;
   std::ofstream out_;
 };
+
+// Keeps the records of a metrics file before `first_step` (a resumed run rewrites what follows).
+void truncate_metrics(const std::string& path, int64_t first_step);
+
+// What the loop measured of one step.
+struct StepStats {
+  int64_t step = 0;
+  int unit = 0;                    // the active unit (index into RunSetup::units)
+  double loss = 0, lr = 0, grad_norm = 0;
+  double tokens_per_s = 0;         // since the previous record
+  double elapsed_s = 0;            // since the first step started
+  double eta_s = 0;                // to the last step, at the run's pace so far
+  std::optional<double> val_loss;
+};
+
+// The records of one run: metrics.jsonl keys (see README) from a step's figures and the run's
+// optimizer, staging and memory state.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, bool append) : writer_(path, append) {}
+
+  // Writes the step's record: staging since the previous record, totals, memory peaks, and on
+  // the last step the whole accounting.
+  void record(const StepStats& s, const RunSetup& run);
+  // "step 20/500 | loss 7.0242 | lr 2.00e-03 | 6143 tok/s | ETA 2m19s | val 7.0366 | layers.2-3 (epoch 1)"
+  static std::string progress_line(const StepStats& s, const RunSetup& run);
+
+  double checkpoint_s = 0;  // time spent writing checkpoints so far (recorded when > 0)
+
+ private:
+  MetricsWriter writer_;
+  StagerStats logged_staging_;  // as of the last record
+};
+
+// VmHWM / VmRSS of this process (bytes; 0 when /proc is unreadable).
+uint64_t process_memory_bytes(const char* key);
+
+// "45s", "2m19s", "1h05m"; "?" for a negative or infinite time.
+std::string format_duration(double seconds);
 
 }  // namespace bcd

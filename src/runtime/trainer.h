@@ -1,15 +1,16 @@
-// The training run: data, model, optimizer, the step loop, validation, metrics, samples.
+// The training run: set-up (runtime/run_setup.h), the step loop, validation, outputs.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-#include <torch/torch.h>
-
 #include "memory/stager.h"
-#include "base/config.h"
+#include "runtime/metrics.h"
+#include "runtime/run_setup.h"
 
 namespace bcd {
 
@@ -35,24 +36,7 @@ struct TrainSummary {
 TrainSummary run_training(Config cfg, bool quiet = false, const std::string& resume_from = "");
 
 // Mean validation loss of a model over `batches` micro-batches of the validation split.
-class LlamaModel;
-class TokenDataset;
 double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_t batch_size,
                          int64_t seq_len, int64_t batches);
-
-// VmHWM / VmRSS of this process (bytes; 0 when /proc is unreadable).
-uint64_t process_memory_bytes(const char* key);
-
-// [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
-// usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
-// no kernel image in this build), "auto" (cuda when usable).
-torch::Device resolve_device(const std::string& device);
-
-// memory.compute_bytes = auto on a CUDA device: the device's total memory (on the CPU the planner
-// takes the host's MemTotal).
-void apply_device_budget(MemoryConfig& mem, const torch::Device& device);
-
-// Sets torch's intra-op threads (0 = all cores).
-void configure_threads(int64_t threads);
 
 }  // namespace bcd

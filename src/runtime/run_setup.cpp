@@ -1,0 +1,232 @@
+// Setting a run up: threads and device, data, model shape, memory plan, model, BCD units and
+// schedule, optimizer, resume.
+#include "runtime/run_setup.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#ifdef BCD_HAVE_CUDA_KERNELS
+#include "kernels/adamw_cuda.h"
+#include "kernels/host_memory.h"
+#endif
+
+#include "base/error.h"
+#include "model/hf_config.h"
+#include "model/hf_import.h"
+#include "runtime/train_state.h"
+
+namespace bcd {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Threads first, then the device: a device that cannot be used is refused before any data is read.
+torch::Device start_compute(const TrainConfig& tc) {
+  configure_threads(tc.threads);
+  return resolve_device(tc.device);
+}
+
+TokenDataset open_dataset(const DataConfig& data) {
+  if (data.path.empty()) user_error("config: [data] path is required (a directory from `bcdtrain prepare`)");
+  return TokenDataset::open(data.path);
+}
+
+// The model's shape (from HF config.json, an init_from file or [model]) checked against the data,
+// then the memory plan, refused when it does not fit; `acct` takes the plan's budgets.
+MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, MemoryAccounting& acct) {
+  const TrainConfig& tc = cfg.train;
+  // Validation needs at least one window; checked up front so the run does not fail at the end.
+  { DataLoader probe(ds, Split::kVal, 1, tc.seq_len, 0, false, false); }
+  ModelConfig mc = resolve_model_config(cfg.model);
+  if (mc.vocab_size == 0) mc.vocab_size = ds.vocab_size();
+  if (mc.vocab_size < ds.vocab_size())
+    user_error("config: [model] vocab_size {} is smaller than the dataset's tokenizer vocabulary {} ({})",
+               mc.vocab_size, ds.vocab_size(), cfg.data.path);
+  if (tc.seq_len > mc.max_seq_len)
+    user_error("config: [train] seq_len ({}) exceeds the model's max_seq_len ({})", tc.seq_len, mc.max_seq_len);
+  cfg.model = mc;
+
+  apply_device_budget(cfg.memory, device);  // compute_bytes = auto: the GPU's memory on CUDA
+  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, cfg.memory);
+  if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
+  acct.set_budget(Pool::kCompute, plan.compute.budget);
+  acct.set_budget(Pool::kPinned, plan.pinned.budget);
+  acct.set_budget(Pool::kHost, plan.host.budget);
+  return plan;
+}
+
+torch::TensorOptions working_options(const TrainConfig& tc, const torch::Device& device) {
+  return torch::TensorOptions(tc.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32).device(device);
+}
+
+uint64_t working_bytes(LlamaModel& model) {
+  uint64_t bytes = 0;
+  for (const Block& b : model.blocks()) bytes += static_cast<uint64_t>(b.data().nbytes());
+  return bytes;
+}
+
+// [bcd] fixed_order as unit indices (order = "fixed"); UserError naming an unknown block.
+std::vector<int> fixed_order(const std::vector<TrainUnit>& units, const BcdConfig& bc) {
+  std::vector<int> fixed;
+  if (!bc.enabled || bc.order != "fixed") return fixed;
+  for (const std::string& name : bc.fixed_order) {
+    auto it = std::find_if(units.begin(), units.end(), [&](const TrainUnit& u) { return u.name == name; });
+    if (it == units.end()) {
+      std::string valid;
+      for (const auto& u : units) valid += (valid.empty() ? "" : ", ") + u.name;
+      user_error("config: [bcd] fixed_order: unknown block \"{}\" (blocks: {})", name, valid);
+    }
+    fixed.push_back(static_cast<int>(it - units.begin()));
+  }
+  return fixed;
+}
+
+}  // namespace
+
+RunSetup::RunSetup(Config config, std::string resume)
+    : cfg(std::move(config)),
+      device(start_compute(cfg.train)),
+      ds(open_dataset(cfg.data)),
+      tok(Tokenizer::load(ds.tokenizer_path())),
+      train_loader(ds, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed)),
+      plan(plan_run(cfg, ds, device, acct)),
+      activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
+      model(cfg.model, working_options(cfg.train, device)),
+      working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model)),
+      units(make_units(model, cfg.bcd)),
+      sched(static_cast<int>(units.size()), cfg.bcd, static_cast<uint64_t>(cfg.train.seed), fixed_order(units, cfg.bcd)),
+      resume_from(std::move(resume)) {
+  model.init_weights(static_cast<uint64_t>(cfg.train.seed));
+  if (resume_from.empty()) load_initial_weights(model, cfg.model.init_from);  // [model] init_from (HF or .h5)
+  make_optimizer();
+
+  // Resume: weights, schedule, data position, optimizer state per unit.
+  if (!resume_from.empty()) {
+    const auto t0 = Clock::now();
+    first_step = read_train_state(*this, resume_from) + 1;
+    resume_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (first_step > cfg.train.steps)
+      user_error("{}: checkpoint is at step {} but train.steps is {}; give --train.steps=N to go further",
+                 resume_from, first_step - 1, cfg.train.steps);
+  } else if (block_opt) {
+    block_opt->activate(sched.current());
+  }
+  prefetch();
+}
+
+void RunSetup::make_optimizer() {
+  if (cfg.optim.impl == "torch") {
+    for (StateKind k : {StateKind::kGrad, StateKind::kAdamM, StateKind::kAdamV})
+      torch_state.emplace_back(&acct, Pool::kCompute, static_cast<int>(k), working.bytes());
+    model.set_trainable(true);
+    torch_opt = std::make_unique<FullAdamW>(model, cfg.optim);
+  } else {
+    StateStorage storage;
+    storage.accounting = &acct;
+    storage.unit_home = plan.unit_home;
+    storage.stager.prefetch_depth = static_cast<int>(cfg.memory.prefetch_depth);
+    storage.stager.nvme_paths = cfg.memory.nvme_paths;
+    block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == "keep", storage);
+  }
+  if (torch_opt && (cfg.train.checkpoint_every > 0 || !resume_from.empty()))
+    user_error("config: checkpoints and --resume need [optim] impl = \"fused\" (got \"torch\")");
+}
+
+void RunSetup::switch_unit() {
+  if (block_opt) block_opt->activate(sched.current());
+}
+
+void RunSetup::prefetch() {
+  if (block_opt) block_opt->prefetch(sched.lookahead(static_cast<int>(cfg.memory.prefetch_depth)));
+}
+
+int RunSetup::grad_from() const { return cfg.bcd.enabled ? units[sched.current()].lowest_block() : 0; }
+
+void RunSetup::update(double lr) {
+  if (torch_opt) torch_opt->step(lr);
+  else block_opt->step(lr);
+}
+
+int64_t RunSetup::tokens_per_step() const {
+  return cfg.train.batch_size * cfg.train.seq_len * cfg.train.grad_accum;
+}
+
+std::vector<std::string> RunSetup::banner() const {
+  const ModelConfig& mc = cfg.model;
+  const TrainConfig& tc = cfg.train;
+  const BcdConfig& bc = cfg.bcd;
+  std::vector<std::string> lines;
+  lines.push_back(fmt::format("model: {} layers, d_model {}, {} heads ({} kv), vocab {}, {:.2f}M parameters in {} blocks",
+                              mc.n_layers, mc.d_model, mc.n_heads, mc.kv_heads(), mc.vocab_size,
+                              static_cast<double>(model.num_params()) / 1e6, model.n_blocks()));
+  lines.push_back(fmt::format("data: {} train / {} val tokens ({}), unigram val loss {:.4f}",
+                              ds.tokens(Split::kTrain).size(), ds.tokens(Split::kVal).size(), cfg.data.path,
+                              ds.unigram_val_loss()));
+  lines.push_back(fmt::format("train: {} steps x {} tokens/step, {} AdamW ({}) lr {:g}, {} working weights, on {}{}",
+                              tc.steps, tokens_per_step(), cfg.optim.impl,
+                              bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, tc.dtype,
+                              device.is_cuda() ? "cuda" : "cpu",
+                              device.is_cuda() ? "" : fmt::format(" with {} threads", torch::get_num_threads())));
+  if (bc.enabled) {
+    std::string names;
+    for (const auto& u : units) names += (names.empty() ? "" : " ") + u.name;
+    lines.push_back(fmt::format("bcd: {} blocks [{}], {} steps per visit, order {}, moments {} on switch", units.size(),
+                                names, bc.switch_every, bc.order, bc.state_on_switch));
+  }
+  if (block_opt && units.size() > 1) {
+    int on_nvme = 0;
+    for (Tier t : plan.unit_home) on_nvme += t == Tier::kNvme ? 1 : 0;
+    auto gib = [](uint64_t b) { return static_cast<double>(b) / (1 << 30); };
+    lines.push_back(fmt::format("memory: compute {:.3f} GiB (plan {:.3f}), pinned pool {} x {:.1f} MiB, state homes: "
+                                "{} units in host memory, {} on NVMe",
+                                gib(acct.usage(Pool::kCompute).total), gib(plan.compute.total()),
+                                block_opt->stager().slab_count(),
+                                static_cast<double>(block_opt->stager().slab_bytes()) / (1 << 20),
+                                static_cast<int>(units.size()) - on_nvme, on_nvme));
+  }
+  if (!resume_from.empty())
+    lines.push_back(fmt::format("resumed from {} at step {} (read in {:.2f} s)", resume_from, first_step - 1, resume_s));
+  return lines;
+}
+
+// ---- Device and threads ----
+
+torch::Device resolve_device(const std::string& device) {
+#ifdef BCD_HAVE_CUDA_KERNELS
+  const bool built = true;
+#else
+  const bool built = false;
+#endif
+  const bool usable = built && torch::cuda::is_available();
+  if (device == "cpu" || (device == "auto" && !usable)) return torch::kCPU;
+  if (!usable)
+    user_error("config: [train] device = \"cuda\" but {}", built ? "LibTorch finds no usable CUDA device (is this LibTorch built with CUDA, is a GPU visible?)"
+                                                                 : "this build has no CUDA kernels (configure with -DBCD_CUDA=ON and a CUDA toolkit)");
+#ifdef BCD_HAVE_CUDA_KERNELS
+  const std::string why = adamw_cuda_unsupported_reason(0);
+  if (!why.empty()) {
+    if (device == "auto") return torch::kCPU;
+    user_error("config: [train] device = \"cuda\" but {}", why);
+  }
+#endif
+  return torch::Device(torch::kCUDA, 0);
+}
+
+void apply_device_budget(MemoryConfig& mem, const torch::Device& device) {
+  if (!device.is_cuda() || !mem.compute_bytes.is_auto) return;
+#ifdef BCD_HAVE_CUDA_KERNELS
+  const size_t total = cuda_device_total_bytes(device.index() < 0 ? 0 : device.index());
+  if (total > 0) mem.compute_bytes = Bytes{total, false};
+#endif
+}
+
+void configure_threads(int64_t threads) {
+  const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  torch::set_num_threads(static_cast<int>(n));
+}
+
+}  // namespace bcd

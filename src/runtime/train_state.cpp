@@ -1,0 +1,106 @@
+// Checkpoint writing and reading of a run's state (layout in train_state.h).
+#include "runtime/train_state.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "base/error.h"
+#include "io/checkpoint.h"
+#include "runtime/run_setup.h"
+
+namespace bcd {
+
+namespace {
+
+constexpr int kRank = 0;  // one process today
+
+std::string unit_group(const TrainUnit& u) { return rank_group(kRank) + "/optimizer/" + u.name; }
+
+void write_train_state(RunSetup& run, int64_t step, CheckpointWriter& w) {
+  w.attr("/", "config", config_to_toml(run.cfg));
+  w.attr("/", "step", step);
+  w.attr("/", "tokens", step * run.tokens_per_step());
+  w.attr("/", "world_size", int64_t{1});
+  for (const Block& b : run.model.blocks()) {
+    torch::Tensor t = b.data().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    w.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(t.numel()));
+  }
+  BlockAdamW& opt = *run.block_opt;
+  const SchedulerState ss = run.sched.state();
+  w.attr("/scheduler", "epoch", static_cast<int64_t>(ss.epoch));
+  w.attr("/scheduler", "position", static_cast<int64_t>(ss.position));
+  w.attr("/scheduler", "step_in_visit", static_cast<int64_t>(ss.step_in_visit));
+  w.attr("/scheduler", "active", static_cast<int64_t>(opt.active()));
+  const LoaderState ls = run.train_loader.state();
+  const std::string loader = rank_group(kRank) + "/loader";
+  w.attr(loader, "epoch", static_cast<int64_t>(ls.epoch));
+  w.attr(loader, "cursor", static_cast<int64_t>(ls.cursor));
+  for (int u = 0; u < static_cast<int>(run.units.size()); ++u) {
+    int64_t steps = 0;
+    const std::vector<float> img = opt.unit_state(u, &steps);
+    if (img.empty() && u != opt.active()) continue;  // nothing to keep yet
+    w.floats(unit_group(run.units[u]) + "/image", img.data(), img.size());
+    w.attr(unit_group(run.units[u]), "steps", steps);
+  }
+}
+
+}  // namespace
+
+std::string rank_group(int rank) { return "/rank" + std::to_string(rank); }
+
+std::string save_checkpoint(RunSetup& run, int64_t step) {
+  const std::string dir = run.cfg.train.run_dir + "/checkpoints";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) user_error("{}: cannot create ({})", dir, ec.message());
+  const std::string path = fmt::format("{}/step-{:08d}.h5", dir, step);
+  CheckpointWriter w(path);
+  write_train_state(run, step, w);
+  w.commit();
+  prune_checkpoints(dir, run.cfg.train.keep_checkpoints);
+  return path;
+}
+
+int64_t read_train_state(RunSetup& run, const std::string& path) {
+  CheckpointReader ck(path);
+  const int64_t step = ck.attr_int("/", "step");
+  for (Block& b : run.model.blocks()) {
+    torch::Tensor t = torch::empty({b.numel()}, torch::kFloat32);
+    ck.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(b.numel()));
+    torch::NoGradGuard ng;
+    b.data().copy_(t);
+  }
+  SchedulerState ss;
+  ss.epoch = static_cast<uint64_t>(ck.attr_int("/scheduler", "epoch"));
+  ss.position = static_cast<uint64_t>(ck.attr_int("/scheduler", "position"));
+  ss.step_in_visit = static_cast<uint64_t>(ck.attr_int("/scheduler", "step_in_visit"));
+  run.sched.restore(ss);
+  const int64_t active = ck.attr_int("/scheduler", "active");
+  if (active != run.sched.current())
+    user_error("{}: /scheduler: active unit {} does not match the schedule's ({}); was the [bcd] config changed?",
+               path, active, run.sched.current());
+  const std::string loader = rank_group(kRank) + "/loader";
+  LoaderState ls;
+  ls.epoch = static_cast<uint64_t>(ck.attr_int(loader, "epoch"));
+  ls.cursor = static_cast<uint64_t>(ck.attr_int(loader, "cursor"));
+  run.train_loader.restore(ls);
+
+  // Inactive units' images go to their homes first; the active one comes into the compute tier.
+  BlockAdamW& opt = *run.block_opt;
+  auto read_unit = [&](int u) {
+    const std::string g = unit_group(run.units[u]);
+    if (!ck.has(g)) return;
+    std::vector<float> img(ck.length(g + "/image"));
+    ck.floats(g + "/image", img.data(), img.size());
+    opt.restore_unit_state(u, img, ck.attr_int(g, "steps"), path);
+  };
+  for (int u = 0; u < static_cast<int>(run.units.size()); ++u)
+    if (u != active) read_unit(u);
+  opt.activate(static_cast<int>(active));
+  read_unit(static_cast<int>(active));
+  return step;
+}
+
+}  // namespace bcd
