@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake pkg-config git
   libtorch-dev                      # LibTorch (CPU) 1.13
+  libgloo-dev                       # Gloo's headers: LibTorch's CPU process group (multi-rank training)
   libopenblas0-pthread              # fast BLAS for LibTorch (the default reference BLAS is ~27x slower)
   liburing-dev libtbb-dev libhdf5-dev libfmt-dev
   libsentencepiece-dev              # tokenizer (loaded at run time, see src/io/tokenizer.cpp)

@@ -23,23 +23,7 @@ using test::read_metrics;
 
 namespace fs = std::filesystem;
 
-// A bcdtrain process in the background (output to a log file), for signals.
-struct Background {
-  pid_t pid = -1;
-  explicit Background(const std::string& args, const std::string& log) {
-    pid = fork();
-    if (pid == 0) {
-      const std::string cmd = "exec " + std::string(BCD_BINARY) + " " + args + " > " + log + " 2>&1";
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  int wait() {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-};
+using test::Background;
 
 // Every dataset and attribute that defines the state to continue from.
 void expect_same_state(const std::string& a, const std::string& b, const std::vector<std::string>& units,

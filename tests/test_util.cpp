@@ -2,6 +2,7 @@
 #include "test_util.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -38,6 +39,21 @@ RunResult run_bcdtrain(const std::string& args) {
   int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+Background::Background(const std::string& args, const std::string& log) {
+  pid = fork();
+  if (pid == 0) {
+    const std::string cmd = "exec " + std::string(BCD_BINARY) + " " + args + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+}
+
+int Background::wait() {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::string error_of(const std::function<void()>& f) {

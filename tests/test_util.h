@@ -1,6 +1,8 @@
 // Helpers shared by the tests: temporary directories, running the bcdtrain binary, reading files.
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,6 +32,13 @@ struct RunResult {
 
 // Runs `bcdtrain ARGS` through the shell (ARGS already quoted) and captures its output.
 RunResult run_bcdtrain(const std::string& args);
+
+// `bcdtrain ARGS` in the background (stdout and stderr to `log`), for signals and kills.
+struct Background {
+  pid_t pid = -1;
+  Background(const std::string& args, const std::string& log);
+  int wait();  // exit code, or 128 + the signal that ended it
+};
 
 std::string read_text(const std::string& path);
 void write_text(const std::string& path, const std::string& text);

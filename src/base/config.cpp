@@ -317,6 +317,12 @@ void validate_config(const Config& c) {
     user_error("config: [memory] home: expected auto, host or nvme, got \"{}\"", mem.home);
   for (const auto& p : mem.nvme_paths)
     if (p.empty()) user_error("config: [memory] nvme_paths: an entry is empty");
+  const DistConfig& d = c.dist;
+  if (d.backend != "auto" && d.backend != "gloo" && d.backend != "nccl")
+    user_error("config: [dist] backend: expected auto, gloo or nccl, got \"{}\"", d.backend);
+  positive("dist", "timeout_s", d.timeout_s);
+  if (d.bucket_bytes.is_auto || d.bucket_bytes.value < 4096)
+    user_error("config: [dist] bucket_bytes must be a size of at least 4KiB");
   const SampleConfig& s = c.sample;
   if (s.max_new_tokens < 0) user_error("config: [sample] max_new_tokens must be >= 0");
   if (s.temperature < 0) user_error("config: [sample] temperature must be >= 0");

@@ -191,6 +191,24 @@ struct MemoryConfig {
   }
 };
 
+// Data-parallel training (DESIGN.md §6): ranks are processes started by `bcdtrain launch`,
+// torchrun or Slurm; their rank, world size and rendezvous come from the environment.
+struct DistConfig {
+  std::string backend = "auto";   // collectives: auto (nccl on CUDA, gloo on the CPU), gloo, nccl
+  int64_t timeout_s = 300;        // a collective or the rendezvous waiting longer fails the run
+  Bytes bucket_bytes{25ull << 20, false};  // the active unit's gradient is reduced in pieces of at most this
+  bool overlap_forward = true;    // run the next step's forward below the active unit while the gradient is on the wire
+
+  template <class V>
+  void visit(V& v) {
+    v("backend", backend, "collectives backend: auto (nccl on CUDA, gloo on the CPU), gloo, nccl");
+    v("timeout_s", timeout_s, "seconds a rendezvous or collective may wait for the other ranks before the run fails");
+    v("bucket_bytes", bucket_bytes, "the active unit's gradient is all-reduced in buckets of at most this many bytes");
+    v("overlap_forward", overlap_forward,
+      "while the gradient is all-reduced, run the next step's forward through the frozen blocks below the active unit");
+  }
+};
+
 struct Config {
   ModelConfig model;
   TrainConfig train;
@@ -199,6 +217,7 @@ struct Config {
   DataConfig data;
   SampleConfig sample;
   MemoryConfig memory;
+  DistConfig dist;
 
   template <class V>
   void visit_sections(V& v) {
@@ -209,6 +228,7 @@ struct Config {
     v("data", data);
     v("sample", sample);
     v("memory", memory);
+    v("dist", dist);
   }
 };
 

@@ -14,6 +14,9 @@
 //   epoch but makes LoaderState::cursor mean the same thing in every epoch.
 //   A batch is the next B windows in (epoch, k) order, carrying on into the next epoch when one
 //   runs out; state() is normalized so that cursor < W.
+//   Data parallel over R ranks: a step's global batch is the next R*B windows, and rank r takes
+//   rows [r*B, (r+1)*B) of it. Every rank advances by R*B, so the state is the same on all ranks
+//   and R ranks x B see exactly the windows of one rank x R*B.
 #include "io/loader.h"
 
 #include <tbb/task_group.h>
@@ -73,6 +76,7 @@ struct EpochPlan {
 struct DataLoader::Impl {
   const int32_t* tokens = nullptr;
   int64_t n_tokens = 0, batch = 0, seq = 0, n_shifts = 1, windows = 0;
+  int64_t rank = 0, world = 1;  // this rank's rows of a global batch of world * batch windows
   uint64_t seed = 0;
   bool shuffle = true, prefetch = true;
 
@@ -102,16 +106,16 @@ struct DataLoader::Impl {
     return plan;
   }
 
-  // (B, T+1) batch starting at `st`; advances `st` past it.
+  // This rank's (B, T+1) rows of the global batch starting at `st`; advances `st` past all of it.
   torch::Tensor assemble(LoaderState& st) {
     torch::Tensor out = torch::empty({batch, seq + 1}, torch::kInt64);
     int64_t* dst = out.data_ptr<int64_t>();
-    for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t g = 0; g < world * batch; ++g) {
       const EpochPlan& p = plan_for(st.epoch);
       const uint64_t w = p.order.empty() ? st.cursor : p.order[st.cursor];
       const int64_t start = p.shift + static_cast<int64_t>(w) * seq;
       BCD_CHECK(start >= 0 && start + seq + 1 <= n_tokens, "window {} of epoch {}", w, st.epoch);
-      std::copy(tokens + start, tokens + start + seq + 1, dst + b * (seq + 1));
+      if (g / batch == rank) std::copy(tokens + start, tokens + start + seq + 1, dst + (g - rank * batch) * (seq + 1));
       if (++st.cursor == static_cast<uint64_t>(windows)) {
         ++st.epoch;
         st.cursor = 0;
@@ -143,9 +147,10 @@ struct DataLoader::Impl {
 };
 
 DataLoader::DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, int64_t seq_len,
-                       uint64_t seed, bool shuffle, bool prefetch)
+                       uint64_t seed, bool shuffle, bool prefetch, int rank, int world_size)
     : impl_(std::make_unique<Impl>()) {
   if (batch_size < 1) user_error("data loader: batch_size is {}, expected >= 1", batch_size);
+  BCD_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
   if (seq_len < 1) user_error("data loader: seq_len is {}, expected >= 1", seq_len);
   const auto& tokens = ds.tokens(split);
   const auto n = static_cast<int64_t>(tokens.size());
@@ -163,6 +168,8 @@ DataLoader::DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, 
   m.seed = seed;
   m.shuffle = shuffle;
   m.prefetch = prefetch;
+  m.rank = rank;
+  m.world = world_size;
   m.n_shifts = shuffle ? std::min(seq_len, n - seq_len) : 1;
   m.windows = (n - m.n_shifts) / seq_len;
   BCD_CHECK(m.windows >= 1, "n={} T={} S={}", n, seq_len, m.n_shifts);

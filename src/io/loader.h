@@ -23,8 +23,10 @@ class DataLoader {
   // (T+1)-token windows from (seed, epoch), so the sequence of batches is a pure function of
   // (seed, state). `shuffle = false` gives windows in order from offset 0 (validation).
   // UserError when the split holds fewer than T+1 tokens (names the dataset and the numbers).
+  // Data parallel: each batch is rank `rank`'s B rows of a global batch of world_size * B
+  // windows, and state() is that of the global sequence (the same on every rank).
   DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, int64_t seq_len,
-             uint64_t seed, bool shuffle = true, bool prefetch = true);
+             uint64_t seed, bool shuffle = true, bool prefetch = true, int rank = 0, int world_size = 1);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;

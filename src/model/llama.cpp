@@ -210,7 +210,7 @@ torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const
   return y + dense(g, b.param("w_down"));
 }
 
-torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from) const {
+torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below) const {
   BCD_CHECK(tokens.dim() == 2, "tokens must be (B, T)");
   const int64_t t = tokens.size(1);
   if (t > cfg_.max_seq_len)
@@ -218,11 +218,17 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from) co
   const int n_layers = static_cast<int>(cfg_.n_layers);
   const bool grad_on = torch::GradMode::is_enabled();
   torch::Tensor x;
-  {
+  int first = 0;  // the first layer still to run
+  if (below.defined()) {
+    BCD_CHECK(grad_from >= 1 && below.size(0) == tokens.size(0) && below.size(1) == t,
+              "forward: the frozen prefix does not match the batch or grad_from {}", grad_from);
+    x = below;
+    first = grad_from - 1;  // blocks [0, grad_from): embed and layers [0, grad_from - 1)
+  } else {
     torch::AutoGradMode mode(grad_on && grad_from <= 0);
     x = torch::embedding(embed_weight(), tokens.to(opts_.device()));
   }
-  for (int i = 0; i < n_layers; ++i) {
+  for (int i = first; i < n_layers; ++i) {
     const bool grad_here = grad_on && (i + 1) >= grad_from;
     torch::AutoGradMode mode(grad_here);
     if (grad_here && cfg_.activation_checkpointing) {
@@ -238,11 +244,21 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from) co
   return dense(hn, head_weight());
 }
 
-torch::Tensor LlamaModel::loss(const torch::Tensor& batch_in, int grad_from) const {
+torch::Tensor LlamaModel::frozen_prefix(const torch::Tensor& batch_in, int upto) const {
+  BCD_CHECK(upto >= 1 && upto <= n_blocks() - 1, "frozen_prefix: upto {} outside [1, {}]", upto, n_blocks() - 1);
+  torch::NoGradGuard ng;
+  const torch::Tensor batch = batch_in.to(opts_.device());
+  const torch::Tensor tokens = batch.narrow(1, 0, batch.size(1) - 1);
+  torch::Tensor x = torch::embedding(embed_weight(), tokens);
+  for (int i = 0; i < upto - 1; ++i) x = layer_forward(i, x);
+  return x;
+}
+
+torch::Tensor LlamaModel::loss(const torch::Tensor& batch_in, int grad_from, const torch::Tensor& below) const {
   const torch::Tensor batch = batch_in.to(opts_.device());  // loaders and samplers build on the CPU
   const int64_t t = batch.size(1) - 1;
   torch::Tensor inputs = batch.narrow(1, 0, t), targets = batch.narrow(1, 1, t);
-  torch::Tensor logits = forward(inputs, grad_from);
+  torch::Tensor logits = forward(inputs, grad_from, below);
   const int64_t v = logits.size(-1);
   torch::Tensor lf = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
   return F::cross_entropy(lf.reshape({-1, v}), targets.reshape({-1}));

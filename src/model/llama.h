@@ -35,10 +35,18 @@ class LlamaModel {
   // tokens (B, T) int64 -> logits (B, T, V).
   // Blocks before `grad_from` run under NoGradGuard: none of their activations are kept and
   // backward stops at block `grad_from` (the BCD truncated backward, DESIGN.md §4).
-  torch::Tensor forward(const torch::Tensor& tokens, int grad_from = 0) const;
+  torch::Tensor forward(const torch::Tensor& tokens, int grad_from = 0, const torch::Tensor& below = {}) const;
 
   // batch (B, T+1) -> mean next-token cross entropy over the B*T positions (fp32 scalar).
-  torch::Tensor loss(const torch::Tensor& batch, int grad_from = 0) const;
+  // `below`: frozen_prefix(batch, grad_from) computed earlier (bitwise what forward would
+  // compute, as long as blocks [0, grad_from) have not changed since), or undefined.
+  torch::Tensor loss(const torch::Tensor& batch, int grad_from = 0, const torch::Tensor& below = {}) const;
+
+  // The part of forward below the active unit: batch (B, T+1)'s inputs through blocks
+  // [0, upto) with no autograd -> hidden state (B, T, C); upto >= 1. It does not depend on the
+  // active unit's weights, so data-parallel BCD runs the next step's prefix while this step's
+  // gradient is on the wire (DESIGN.md §6).
+  torch::Tensor frozen_prefix(const torch::Tensor& batch, int upto) const;
 
   // One decoder layer: (B, T, C) -> (B, T, C). Public for tests and checkpointed recompute.
   torch::Tensor layer_forward(int layer, const torch::Tensor& x) const;

@@ -28,6 +28,7 @@
 #include "model/llama.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "runtime/launcher.h"
 #include "runtime/sampler.h"
 #include "runtime/trainer.h"
 
@@ -103,6 +104,12 @@ void warn_inexact_resume(Config stored, Config now) {
 }
 
 int run(int argc, char** argv) {
+  // launch: its own options, then a whole bcdtrain command line for every rank, untouched.
+  if (argc > 1 && std::string(argv[1]) == "launch") {
+    LaunchOptions lopt;
+    const std::vector<std::string> command = parse_launch_args(std::vector<std::string>(argv + 2, argv + argc), lopt);
+    return launch_ranks(lopt, command);
+  }
   std::vector<std::string> rest, overrides;
   split_overrides(argc, argv, rest, overrides);
 
@@ -120,6 +127,11 @@ int run(int argc, char** argv) {
   train->add_option("--resume", resume,
                     "continue exactly from a checkpoint: a run directory (its newest checkpoint) or a checkpoint file; "
                     "the config stored in it applies, with --section.key=value overrides on top");
+
+  // launch (handled above; listed here for --help)
+  app.add_subcommand("launch", "run a command as N data-parallel ranks: launch --nproc N [--nnodes M --node-rank K "
+                               "--master-addr HOST --master-port PORT] train --config FILE ...")
+      ->allow_extras();
 
   // config
   bool reference = false;

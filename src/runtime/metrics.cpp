@@ -80,6 +80,17 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
                            {"compute_in", st.compute_in_bytes}, {"compute_out", st.compute_out_bytes}};
     logged_staging_ = st;
   }
+  if (run.reducer) {  // data parallel: the gradient's trip over the ranks
+    const GradReducer::Stats& c = run.reducer->stats();
+    rec["comm_bytes_total"] = run.pg->bytes_reduced();
+    rec["comm_exposed_ms"] = 1e3 * (c.exposed_s_total - logged_exposed_s_);
+    rec["comm_exposed_ms_total"] = 1e3 * c.exposed_s_total;
+    rec["comm_buckets"] = c.buckets;
+    rec["comm_buckets_in_backward"] = c.started_in_backward;
+    rec["comm_bucket_rebuilds"] = c.rebuilds;
+    rec["comm_forward_ahead_total"] = run.steps_run_ahead;
+    logged_exposed_s_ = c.exposed_s_total;
+  }
   const MemoryAccounting& acct = run.acct;
   rec["memory_peak_bytes"] = {{"compute", acct.usage(Pool::kCompute).total_peak},
                               {"pinned", acct.usage(Pool::kPinned).total_peak},

@@ -58,6 +58,7 @@ class MetricsLog {
  private:
   MetricsWriter writer_;
   StagerStats logged_staging_;  // as of the last record
+  double logged_exposed_s_ = 0;  // GradReducer's, as of the last record
 };
 
 // VmHWM / VmRSS of this process (bytes; 0 when /proc is unreadable).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #ifdef BCD_HAVE_CUDA_KERNELS
@@ -25,9 +26,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Threads first, then the device: a device that cannot be used is refused before any data is read.
-torch::Device start_compute(const TrainConfig& tc) {
-  configure_threads(tc.threads);
-  return resolve_device(tc.device);
+// Ranks on one node share its cores: threads = 0 gives each rank its share.
+torch::Device start_compute(const TrainConfig& tc, const DistEnv& env) {
+  int64_t threads = tc.threads;
+  if (threads == 0 && env.local_world_size > 1)
+    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / env.local_world_size);
+  configure_threads(threads);
+  return resolve_device(tc.device, env.local_rank);
 }
 
 TokenDataset open_dataset(const DataConfig& data) {
@@ -89,10 +94,14 @@ std::vector<int> fixed_order(const std::vector<TrainUnit>& units, const BcdConfi
 
 RunSetup::RunSetup(Config config, std::string resume)
     : cfg(std::move(config)),
-      device(start_compute(cfg.train)),
+      dist_env(DistEnv::from_environment()),
+      device(start_compute(cfg.train, dist_env)),
+      pg(ProcessGroup::connect(dist_env, cfg.dist, device)),
+      reducer(pg->world_size() > 1 ? std::make_unique<GradReducer>(*pg, cfg.dist.bucket_bytes.value) : nullptr),
       ds(open_dataset(cfg.data)),
       tok(Tokenizer::load(ds.tokenizer_path())),
-      train_loader(ds, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed)),
+      train_loader(ds, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
+                   /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
       plan(plan_run(cfg, ds, device, acct)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
       model(cfg.model, working_options(cfg.train, device)),
@@ -130,6 +139,13 @@ void RunSetup::make_optimizer() {
     storage.unit_home = plan.unit_home;
     storage.stager.prefetch_depth = static_cast<int>(cfg.memory.prefetch_depth);
     storage.stager.nvme_paths = cfg.memory.nvme_paths;
+    if (pg->world_size() > 1)  // every rank stages its own copy: a directory of its own on each path
+      for (std::string& path : storage.stager.nvme_paths) {
+        path += "/rank" + std::to_string(pg->rank());
+        std::error_code ec;
+        std::filesystem::create_directories(path, ec);
+        if (ec) user_error("config: [memory] nvme_paths: cannot create {} ({})", path, ec.message());
+      }
     block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == "keep", storage);
   }
   if (torch_opt && (cfg.train.checkpoint_every > 0 || !resume_from.empty()))
@@ -146,13 +162,26 @@ void RunSetup::prefetch() {
 
 int RunSetup::grad_from() const { return cfg.bcd.enabled ? units[sched.current()].lowest_block() : 0; }
 
+void RunSetup::arm_reduction() {
+  if (reducer) reducer->arm(model);
+}
+
+void RunSetup::reduce_gradients() {
+  if (reducer) reducer->finish();
+}
+
+bool RunSetup::can_run_ahead(int64_t step) const {
+  return reducer && cfg.dist.overlap_forward && cfg.bcd.enabled && grad_from() > 0 && step < cfg.train.steps &&
+         sched.step_in_visit() + 1 < static_cast<uint64_t>(sched.switch_every());
+}
+
 void RunSetup::update(double lr) {
   if (torch_opt) torch_opt->step(lr);
   else block_opt->step(lr);
 }
 
 int64_t RunSetup::tokens_per_step() const {
-  return cfg.train.batch_size * cfg.train.seq_len * cfg.train.grad_accum;
+  return cfg.train.batch_size * cfg.train.seq_len * cfg.train.grad_accum * pg->world_size();
 }
 
 std::vector<std::string> RunSetup::banner() const {
@@ -188,6 +217,10 @@ std::vector<std::string> RunSetup::banner() const {
                                 static_cast<double>(block_opt->stager().slab_bytes()) / (1 << 20),
                                 static_cast<int>(units.size()) - on_nvme, on_nvme));
   }
+  if (pg->world_size() > 1)
+    lines.push_back(fmt::format("dist: {} ranks (gloo), {} sequences per rank per micro-batch, gradient buckets of "
+                                "{:.0f} MiB", pg->world_size(), tc.batch_size,
+                                static_cast<double>(cfg.dist.bucket_bytes.value) / (1 << 20)));
   if (!resume_from.empty())
     lines.push_back(fmt::format("resumed from {} at step {} (read in {:.2f} s)", resume_from, first_step - 1, resume_s));
   return lines;
@@ -195,7 +228,7 @@ std::vector<std::string> RunSetup::banner() const {
 
 // ---- Device and threads ----
 
-torch::Device resolve_device(const std::string& device) {
+torch::Device resolve_device(const std::string& device, int index) {
 #ifdef BCD_HAVE_CUDA_KERNELS
   const bool built = true;
 #else
@@ -207,13 +240,13 @@ torch::Device resolve_device(const std::string& device) {
     user_error("config: [train] device = \"cuda\" but {}", built ? "LibTorch finds no usable CUDA device (is this LibTorch built with CUDA, is a GPU visible?)"
                                                                  : "this build has no CUDA kernels (configure with -DBCD_CUDA=ON and a CUDA toolkit)");
 #ifdef BCD_HAVE_CUDA_KERNELS
-  const std::string why = adamw_cuda_unsupported_reason(0);
+  const std::string why = adamw_cuda_unsupported_reason(index);
   if (!why.empty()) {
     if (device == "auto") return torch::kCPU;
     user_error("config: [train] device = \"cuda\" but {}", why);
   }
 #endif
-  return torch::Device(torch::kCUDA, 0);
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 void apply_device_budget(MemoryConfig& mem, const torch::Device& device) {

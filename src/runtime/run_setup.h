@@ -20,7 +20,9 @@
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
 #include "runtime/block_optimizer.h"
+#include "runtime/grad_reducer.h"
 #include "runtime/optimizer.h"
+#include "runtime/process_group.h"
 
 namespace bcd {
 
@@ -38,16 +40,29 @@ class RunSetup {
   void prefetch();
   // Backward stops here: the lowest block of the active unit (0 for full-parameter training).
   int grad_from() const;
+  // Data parallel: before the step's final backward, arm the gradient buckets (rebuilt when the
+  // trainable set changed), so backward starts summing them over ranks as each completes; after
+  // it, reduce_gradients() leaves the mean over ranks. No-ops on one rank.
+  void arm_reduction();
+  void reduce_gradients();
+  // Whether the next step's forward below the active unit may run while this step's gradient is
+  // on the wire: more than one rank, dist.overlap_forward, a unit above the embedding, and the
+  // next step trains the same unit.
+  bool can_run_ahead(int64_t step) const;
   void update(double lr);  // AdamW on the active unit (or on everything)
-  int64_t tokens_per_step() const;
+  int64_t tokens_per_step() const;  // over all ranks
   bool can_checkpoint() const { return block_opt != nullptr; }  // the fused optimizer only
+  bool is_root() const { return pg->is_root(); }  // rank 0 writes the run directory
 
   // The lines printed before the first step: model, data, training, BCD, memory, resume.
   std::vector<std::string> banner() const;
 
   // ---- In the order they are set up ----
   Config cfg;                    // as given, with [model] resolved to the shape that is built
-  const torch::Device device;    // resolved before anything is read
+  const DistEnv dist_env;        // this process's rank, from the launcher's environment
+  const torch::Device device;    // resolved before anything is read; cuda:LOCAL_RANK on GPUs
+  std::unique_ptr<ProcessGroup> pg;  // the ranks (one, without a launcher), joined before anything is read
+  std::unique_ptr<GradReducer> reducer;  // more than one rank only
   TokenDataset ds;
   Tokenizer tok;
   DataLoader train_loader;
@@ -64,6 +79,7 @@ class RunSetup {
   const std::string resume_from;
   int64_t first_step = 1;        // > 1 when resumed
   double resume_s = 0;           // time to read the checkpoint
+  int64_t steps_run_ahead = 0;   // steps whose frozen forward ran while the last gradient was on the wire
 
  private:
   void make_optimizer();
@@ -71,8 +87,8 @@ class RunSetup {
 
 // [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
 // usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
-// no kernel image in this build), "auto" (cuda when usable).
-torch::Device resolve_device(const std::string& device);
+// no kernel image in this build), "auto" (cuda when usable). `index`: the GPU (a rank's LOCAL_RANK).
+torch::Device resolve_device(const std::string& device, int index = 0);
 
 // memory.compute_bytes = auto on a CUDA device: the device's total memory (on the CPU the planner
 // takes the host's MemTotal).

@@ -14,7 +14,9 @@ namespace bcd {
 
 namespace {
 
-constexpr int kRank = 0;  // one process today
+// Replicated state: every rank holds the same weights, optimizer state and (global) data
+// position, so rank 0's copy is the checkpoint.
+constexpr int kRank = 0;
 
 std::string unit_group(const TrainUnit& u) { return rank_group(kRank) + "/optimizer/" + u.name; }
 
@@ -22,7 +24,7 @@ void write_train_state(RunSetup& run, int64_t step, CheckpointWriter& w) {
   w.attr("/", "config", config_to_toml(run.cfg));
   w.attr("/", "step", step);
   w.attr("/", "tokens", step * run.tokens_per_step());
-  w.attr("/", "world_size", int64_t{1});
+  w.attr("/", "world_size", static_cast<int64_t>(run.pg->world_size()));
   for (const Block& b : run.model.blocks()) {
     torch::Tensor t = b.data().detach().to(torch::kCPU, torch::kFloat32).contiguous();
     w.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(t.numel()));

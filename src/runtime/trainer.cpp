@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 
 #include "base/error.h"
 #include "model/weights.h"
@@ -61,7 +62,9 @@ class StopSignals {
 };
 
 // <run_dir>: config.toml, tokenizer.model, and metrics.jsonl (kept up to the resumed step).
-MetricsLog open_run_dir(const RunSetup& run) {
+// Rank 0 writes the run directory; the other ranks get no log.
+std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
+  if (!run.is_root()) return std::nullopt;
   const std::string& dir = run.cfg.train.run_dir;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -72,13 +75,42 @@ MetricsLog open_run_dir(const RunSetup& run) {
   if (ec) user_error("{}: cannot copy tokenizer into {} ({})", run.ds.tokenizer_path(), dir, ec.message());
   const bool resumed = !run.resume_from.empty();
   if (resumed) truncate_metrics(dir + "/metrics.jsonl", run.first_step);
-  return MetricsLog(dir + "/metrics.jsonl", /*append=*/resumed);
+  return std::make_optional<MetricsLog>(dir + "/metrics.jsonl", /*append=*/resumed);
 }
+
+// Data-parallel BCD (DESIGN.md §6): the next step's first micro-batch and its forward through
+// the frozen blocks below the active unit, computed while this step's gradient is on the wire.
+// This step's update cannot change those blocks, so the result is bitwise what the next step
+// would compute; only while the next step trains the same unit.
+struct RunAhead {
+  torch::Tensor batch, below;
+  LoaderState loader_before;  // to hand the batch back before a checkpoint records the loader
+
+  bool pending() const { return batch.defined(); }
+  void run(RunSetup& r) {
+    loader_before = r.train_loader.state();
+    batch = r.train_loader.next();
+    below = r.model.frozen_prefix(batch, r.grad_from());
+  }
+  torch::Tensor take(torch::Tensor& below_out) {
+    below_out = std::move(below);
+    torch::Tensor b = std::move(batch);
+    batch = below = torch::Tensor();
+    return b;
+  }
+  void give_back(RunSetup& r) {
+    if (!pending()) return;
+    r.train_loader.restore(loader_before);
+    batch = below = torch::Tensor();
+  }
+};
 
 // One optimizer step per iteration: switch if due, prefetch, forward, truncated backward, clip,
 // update, validate, log, checkpoint. Stops after train.steps, or after the step in which a
 // SIGINT/SIGTERM came (sum.stopped_by_signal). Returns the time spent in training steps.
-double train_loop(RunSetup& run, MetricsLog& log, TrainSummary& sum, const Say& say) {
+// Data parallel: the gradient and the logged loss are means over ranks, the ranks agree on
+// stopping, and `log` (rank 0's) is the only writer.
+double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& say) {
   const TrainConfig& tc = run.cfg.train;
   const int64_t tokens_per_step = run.tokens_per_step();
   const auto t_start = Clock::now();
@@ -87,6 +119,7 @@ double train_loop(RunSetup& run, MetricsLog& log, TrainSummary& sum, const Say& 
   int64_t interval_steps = 0;
   bool switch_due = false;      // the schedule moved to a new visit after the last step
   StopSignals signals;          // only while steps run: ^C while sampling just stops
+  RunAhead ahead;
 
   for (int64_t step = run.first_step; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
@@ -99,12 +132,17 @@ double train_loop(RunSetup& run, MetricsLog& log, TrainSummary& sum, const Say& 
     run.model.zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-      torch::Tensor batch = run.train_loader.next();                 // (B, T+1)
-      torch::Tensor loss = run.model.loss(batch, run.grad_from());   // forward; no autograd below the active unit
+      torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
+      torch::Tensor batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
+      torch::Tensor loss = run.model.loss(batch, run.grad_from(), below);  // forward; no autograd below the active unit
+      if (micro == tc.grad_accum - 1) run.arm_reduction();           // buckets go out as backward fills them
       (loss / static_cast<double>(tc.grad_accum)).backward();        // backward stops at the active unit
       loss_sum += loss.item<double>();
     }
-    s.loss = loss_sum / static_cast<double>(tc.grad_accum);
+    if (run.can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
+    run.reduce_gradients();                                      // mean over ranks (the rest of the buckets)
+    const double world = run.pg->world_size();
+    s.loss = run.pg->sum_over_ranks({loss_sum})[0] / world / static_cast<double>(tc.grad_accum);
     if (!std::isfinite(s.loss)) user_error("training diverged at step {}: loss is {}", step, s.loss);
     s.grad_norm = clip_grad_norm(run.model, tc.grad_clip);      // clip
     run.update(s.lr);                                            // AdamW
@@ -114,35 +152,45 @@ double train_loop(RunSetup& run, MetricsLog& log, TrainSummary& sum, const Say& 
     sum.final_loss = s.loss;
 
     if ((tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps) {  // validate
-      s.val_loss = evaluate_val_loss(run.model, run.ds, tc.batch_size, tc.seq_len, tc.val_batches);
+      s.val_loss = evaluate_val_loss(run.model, run.ds, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
       sum.final_val_loss = s.val_loss;
     }
     if (step % tc.log_every == 0 || step == tc.steps || s.val_loss) {           // log
       s.tokens_per_s = static_cast<double>(tokens_per_step * interval_steps) / std::max(interval_s, 1e-9);
       s.elapsed_s = seconds_since(t_start);
       s.eta_s = train_s / static_cast<double>(step) * static_cast<double>(tc.steps - step);
-      log.record(s, run);
+      if (log) log->record(s, run);
       say(MetricsLog::progress_line(s, run));
       interval_s = 0, interval_steps = 0;
     }
     switch_due = run.sched.step();
 
-    const int stop = signals.fired();                                           // checkpoint
+    int stop = signals.fired();                                                 // checkpoint
+    if (run.pg->sum_over_ranks({static_cast<double>(stop)})[0] > 0 && !stop) stop = SIGTERM;  // one rank's signal stops all
     const bool every = tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || step == tc.steps);
     if (run.can_checkpoint() && (stop || every)) {
       const auto tc0 = Clock::now();
+      ahead.give_back(run);  // the checkpoint records the loader before the next step's batch
       if (switch_due) run.switch_unit(), switch_due = false;   // the next step would start with it
-      const std::string path = save_checkpoint(run, step);
-      const double ckpt_s = seconds_since(tc0);
-      log.checkpoint_s += ckpt_s;
-      say(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
+      if (run.is_root()) {
+        const std::string path = save_checkpoint(run, step);
+        const double ckpt_s = seconds_since(tc0);
+        log->checkpoint_s += ckpt_s;
+        say(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
+      }
+      run.pg->barrier();  // the checkpoint is written before any rank goes on (or stops)
     }
     if (stop) {
       sum.stopped_by_signal = stop;
       sum.steps = step;
       // on stderr even when quiet: whoever sent the signal needs to know how to go on
-      fmt::print(stderr, "bcdtrain: stopped by signal {} after step {}{}\n", stop, step,
-                 run.can_checkpoint() ? fmt::format("; continue with: bcdtrain train --resume {}", tc.run_dir) : "");
+      const std::string launch = run.pg->world_size() > 1
+                                     ? fmt::format("launch --nproc {} ", run.dist_env.local_world_size)
+                                     : "";
+      if (run.is_root())
+        fmt::print(stderr, "bcdtrain: stopped by signal {} after step {}{}\n", stop, step,
+                   run.can_checkpoint() ? fmt::format("; continue with: bcdtrain {}train --resume {}", launch, tc.run_dir)
+                                        : "");
       return train_s;
     }
   }
@@ -181,30 +229,34 @@ void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, 
 }  // namespace
 
 double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_t batch_size,
-                         int64_t seq_len, int64_t batches) {
+                         int64_t seq_len, int64_t batches, ProcessGroup* pg) {
   torch::NoGradGuard ng;
-  DataLoader val(ds, Split::kVal, batch_size, seq_len, /*seed=*/0, /*shuffle=*/false, /*prefetch=*/false);
+  // Data parallel: a batch is the ranks' rows of a global batch of R * batch_size windows (as in
+  // training), so R ranks see the windows one rank with R times the batch would.
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->world_size() : 1;
+  DataLoader val(ds, Split::kVal, batch_size, seq_len, /*seed=*/0, /*shuffle=*/false, /*prefetch=*/false, rank, world);
   // Never count a window twice: at most one pass over the validation split.
-  const int64_t max_batches = std::max<int64_t>(1, val.windows_per_epoch() / batch_size);
+  const int64_t max_batches = std::max<int64_t>(1, val.windows_per_epoch() / (batch_size * world));
   const int64_t n = std::min(batches, max_batches);
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += model.loss(val.next()).item<double>();
+  if (pg) sum = pg->sum_over_ranks({sum})[0] / world;
   return sum / static_cast<double>(n);
 }
 
 TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from) {
-  const Say say = [quiet](const std::string& line) {
-    if (!quiet) fmt::print("{}\n", line), std::fflush(stdout);
-  };
   RunSetup run(std::move(cfg), resume_from);
-  MetricsLog log = open_run_dir(run);
+  const Say say = [quiet, root = run.is_root()](const std::string& line) {
+    if (!quiet && root) fmt::print("{}\n", line), std::fflush(stdout);
+  };
+  std::optional<MetricsLog> log = open_run_dir(run);
   for (const std::string& line : run.banner()) say(line);
 
   TrainSummary sum;
   sum.num_params = run.model.num_params();
   sum.unigram_val_loss = run.ds.unigram_val_loss();
   const auto t_start = Clock::now();
-  const double train_s = train_loop(run, log, sum, say);
+  const double train_s = train_loop(run, log ? &*log : nullptr, sum, say);
   if (sum.stopped_by_signal) return sum;
   if (run.block_opt) {
     run.block_opt->flush();  // write-backs in flight: their errors surface here
@@ -212,7 +264,7 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
   }
   sum.memory = run.acct.to_json();
   sum.tokens_per_s = static_cast<double>(run.tokens_per_step() * (sum.steps - run.first_step + 1)) / std::max(train_s, 1e-9);
-  write_outputs(run, sum, t_start, say);
+  if (run.is_root()) write_outputs(run, sum, t_start, say);
   return sum;
 }
 

@@ -35,8 +35,9 @@ struct TrainSummary {
 // to stdout unless quiet. `resume_from`: a checkpoint file to continue from, exactly.
 TrainSummary run_training(Config cfg, bool quiet = false, const std::string& resume_from = "");
 
-// Mean validation loss of a model over `batches` micro-batches of the validation split.
+// Mean validation loss of a model over `batches` micro-batches of the validation split; with a
+// process group of several ranks, the batches are shared out and the sum reduced.
 double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_t batch_size,
-                         int64_t seq_len, int64_t batches);
+                         int64_t seq_len, int64_t batches, ProcessGroup* pg = nullptr);
 
 }  // namespace bcd

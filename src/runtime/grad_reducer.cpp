@@ -1,0 +1,179 @@
+// Bucketed all-reduce of the active unit's gradient, started from gradient-accumulator hooks.
+#include "runtime/grad_reducer.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace bcd {
+
+struct GradReducer::Bucket {
+  Block* block = nullptr;
+  int64_t begin = 0, end = 0;      // elements of the block's flat gradient
+  int params = 0;                  // parameters whose gradient lands in it
+  int pending = 0;                 // of those, still to come in this backward
+  torch::Tensor wire;              // what goes on the wire: the range itself, or its fp32 copy
+  uint64_t ticket = 0;
+  bool started = false;
+};
+
+struct GradReducer::State {
+  std::vector<const void*> views;  // the trainable parameter views the layout was built for
+  std::vector<Bucket> buckets;     // by id (what the hooks name)
+  std::vector<size_t> order;       // start order: ids; first the reverse layout, then as observed
+  std::vector<size_t> observed;    // ids in the order the first backward completed them
+  bool learned = false;            // the order has been taken from a backward
+  // Keeps each trainable view's gradient accumulator (and so its hook) alive between steps.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  size_t next = 0;                 // position in `order` of the first bucket not yet started
+  bool armed = false;
+  bool in_backward = false;
+};
+
+// Runs after a parameter's gradient accumulator has added this backward's gradient.
+class GradReducer::ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(GradReducer* owner, std::weak_ptr<State> state, size_t bucket)
+      : owner_(owner), state_(std::move(state)), bucket_(bucket) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    const auto s = state_.lock();
+    if (s && s->armed) owner_->ready(bucket_);
+    return outputs;
+  }
+
+ private:
+  GradReducer* owner_;
+  std::weak_ptr<State> state_;
+  size_t bucket_;
+};
+
+GradReducer::~GradReducer() = default;
+
+void GradReducer::arm(LlamaModel& model) {
+  std::vector<const void*> views;
+  for (Block& b : model.blocks())
+    for (const torch::Tensor& p : b.params())
+      if (p.requires_grad()) views.push_back(p.unsafeGetTensorImpl());
+  if (!state_ || state_->views != views) rebuild(model, std::move(views));
+  for (Bucket& k : state_->buckets) k.pending = k.params, k.started = false;
+  state_->next = 0;
+  state_->armed = true;
+  state_->in_backward = true;
+  stats_.started_in_backward = 0;
+}
+
+void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views) {
+  state_.reset();  // drops the old accumulators (and hooks) before new ones are made
+  auto s = std::make_shared<State>();
+  s->views = std::move(views);
+  // Parameters in reverse layout order: backward reaches the last blocks' and the last
+  // parameters' gradients first.
+  struct Item {
+    Block* block;
+    size_t slot;
+  };
+  std::vector<Item> items;
+  for (int bi = model.n_blocks() - 1; bi >= 0; --bi) {
+    Block& b = model.block(bi);
+    std::vector<size_t> slots;
+    for (size_t i = 0; i < b.slots().size(); ++i)
+      if (b.params()[i].requires_grad()) slots.push_back(i);
+    std::sort(slots.begin(), slots.end(),
+              [&](size_t x, size_t y) { return b.slots()[x].offset > b.slots()[y].offset; });
+    for (size_t i : slots) items.push_back({&b, i});
+  }
+  for (const Item& it : items) {
+    const ParamSlot& slot = it.block->slots()[it.slot];
+    const torch::Tensor& g = it.block->grad();
+    const int64_t elem = static_cast<int64_t>(torch::elementSize(torch::kFloat32));
+    Bucket* last = s->buckets.empty() ? nullptr : &s->buckets.back();
+    const bool fits = last && last->block == it.block &&
+                      (last->end - slot.offset) * elem <= static_cast<int64_t>(bucket_bytes_);
+    if (fits) {
+      last->begin = slot.offset;
+      ++last->params;
+    } else {
+      Bucket k;
+      k.block = it.block;
+      k.begin = slot.offset, k.end = slot.offset + slot.numel;
+      k.params = 1;
+      s->buckets.push_back(k);
+    }
+    BCD_CHECK(g.defined(), "block {} is trainable without a gradient buffer", it.block->name());
+    auto acc = torch::autograd::impl::grad_accumulator(it.block->params()[it.slot]);
+    BCD_CHECK(acc, "no gradient accumulator for {}.{}", it.block->name(), slot.name);
+    acc->add_post_hook(std::make_unique<ReadyHook>(this, s, s->buckets.size() - 1));
+    s->accumulators.push_back(std::move(acc));
+  }
+  s->order.resize(s->buckets.size());
+  for (size_t i = 0; i < s->order.size(); ++i) s->order[i] = i;
+  state_ = std::move(s);
+  ++stats_.rebuilds;
+  stats_.buckets = static_cast<int64_t>(state_->buckets.size());
+}
+
+void GradReducer::ready(size_t bucket) {
+  Bucket& k = state_->buckets[bucket];
+  BCD_CHECK(k.pending > 0, "bucket {} of {} completed twice in one backward", bucket, k.block->name());
+  if (--k.pending > 0) return;
+  if (!state_->learned) state_->observed.push_back(bucket);
+  // Start in order: a bucket that completes early waits for the ones before it.
+  State& s = *state_;
+  while (s.next < s.order.size() && s.buckets[s.order[s.next]].pending == 0) start(s.order[s.next++]);
+}
+
+void GradReducer::start(size_t bucket) {
+  Bucket& k = state_->buckets[bucket];
+  torch::NoGradGuard ng;
+  const torch::Tensor range = k.block->grad().narrow(0, k.begin, k.end - k.begin);
+  k.wire = range.scalar_type() == torch::kFloat32 ? range : range.to(torch::kFloat32);  // Gloo has no bf16 sum
+  k.ticket = pg_.start_all_reduce_sum(k.wire);
+  k.started = true;
+  if (state_->in_backward) ++stats_.started_in_backward;
+}
+
+void GradReducer::finish() {
+  BCD_CHECK(state_ && state_->armed, "GradReducer::finish without arm");
+  state_->in_backward = false;
+  State& s = *state_;
+  for (; s.next < s.order.size(); ++s.next) start(s.order[s.next]);
+  uint64_t last = 0;  // the last started (tickets grow with starting order)
+  for (const Bucket& k : s.buckets) last = std::max(last, k.ticket);
+  stats_.exposed_s = s.buckets.empty() ? 0.0 : pg_.wait_for(last);
+  stats_.exposed_s_total += stats_.exposed_s;
+  torch::NoGradGuard ng;
+  const double inv = 1.0 / static_cast<double>(pg_.world_size());
+  for (Bucket& k : state_->buckets) {
+    torch::Tensor range = k.block->grad().narrow(0, k.begin, k.end - k.begin);
+    if (k.wire.data_ptr() == range.data_ptr()) {
+      range.mul_(inv);
+    } else {
+      range.copy_(k.wire.mul_(inv));
+    }
+    k.wire = torch::Tensor();
+  }
+  state_->armed = false;
+  if (!s.learned) learn_order();
+}
+
+// After the first backward of a layout: start buckets in the order that backward completed them
+// from now on, when every rank saw the same order (they run the same graph, so they do; should
+// they not, all keep the layout order rather than pair mismatched collectives).
+void GradReducer::learn_order() {
+  State& s = *state_;
+  s.learned = true;
+  if (s.observed.size() != s.buckets.size() || s.observed == s.order) return;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the order, cut to 40 bits: exact as a double
+  for (size_t id : s.observed) h = (h ^ id) * 1099511628211ull;
+  const double mine = static_cast<double>(h & ((1ull << 40) - 1));
+  const std::vector<double> sum = pg_.sum_over_ranks({mine});
+  if (sum[0] == mine * pg_.world_size()) s.order = s.observed;
+  s.observed.clear();
+}
+
+}  // namespace bcd

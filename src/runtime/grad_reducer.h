@@ -1,0 +1,59 @@
+// The active unit's gradient, summed over ranks in buckets while backward still runs
+// (DESIGN.md §6). Each bucket is a contiguous range of one block's flat gradient covering whole
+// parameters, at most dist.bucket_bytes; a hook on each parameter's gradient accumulator counts
+// the parameters still to come, and a bucket goes on the wire as soon as its count reaches zero
+// in the step's final micro-batch. Buckets start in one order on every rank, so collectives
+// match across ranks: the reverse of the layout at first, then the order the first backward
+// completed them in (checked to be the same on every rank).
+// The trainable set changes at every BCD switch, so the buckets are rebuilt whenever the set of
+// trainable parameter views differs from the one they were built for.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/llama.h"
+#include "runtime/process_group.h"
+
+namespace bcd {
+
+class GradReducer {
+ public:
+  GradReducer(ProcessGroup& pg, uint64_t bucket_bytes) : pg_(pg), bucket_bytes_(bucket_bytes) {}
+  ~GradReducer();
+
+  // Before the step's final backward: rebuild the buckets if the trainable views changed, and
+  // arm them, so backward starts each bucket as it completes.
+  void arm(LlamaModel& model);
+  // After that backward: starts what backward did not (parameters it never reached), waits for
+  // all, and leaves the mean over ranks in the gradient buffers.
+  void finish();
+
+  struct Stats {
+    int64_t rebuilds = 0;               // bucket layouts built so far
+    int64_t buckets = 0;                // in the current layout
+    int64_t started_in_backward = 0;    // last step: buckets that went out while backward ran
+    double exposed_s = 0;               // last step: waiting for collectives after backward
+    double exposed_s_total = 0;         // every step so far
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Bucket;
+  struct State;
+  class ReadyHook;
+  void rebuild(LlamaModel& model, std::vector<const void*> views);
+  void ready(size_t bucket);
+  void start(size_t bucket);
+  void learn_order();
+
+  ProcessGroup& pg_;
+  uint64_t bucket_bytes_;
+  std::shared_ptr<State> state_;  // hooks hold it weakly: a rebuild retires the old hooks
+  Stats stats_;
+};
+
+}  // namespace bcd

@@ -1,0 +1,223 @@
+// Process management of `bcdtrain launch`: fork/exec per rank, signal forwarding, failure fan-out.
+#include "runtime/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+#include "base/error.h"
+
+namespace bcd {
+
+namespace {
+
+std::atomic<int> g_forward_signal{0};
+extern "C" void on_launcher_signal(int sig) { g_forward_signal.store(sig); }
+
+int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
+  size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < lo || v > hi)
+    user_error("launch: {} {}: expected a whole number in [{}, {}]", flag, text, lo, hi);
+  return static_cast<int>(v);
+}
+
+// A port nobody listens on now (bound and released: the store binds it again moments later).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) user_error("launch: cannot open a socket to find a free port: {}", std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    user_error("launch: cannot find a free port: {}", std::strerror(errno));
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) user_error("launch: cannot find this program (/proc/self/exe): {}", std::strerror(errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return "stopped";
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt) {
+  size_t i = 0;
+  auto value = [&](const std::string& flag) -> std::string {
+    if (i + 1 >= args.size()) user_error("launch: {} needs a value", flag);
+    return args[++i];
+  };
+  for (; i < args.size(); ++i) {
+    std::string a = args[i], v;
+    const auto eq = a.find('=');
+    const bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) v = a.substr(eq + 1), a = a.substr(0, eq);
+    auto get = [&]() { return inline_value ? v : value(a); };
+    if (a == "--") {
+      ++i;
+      break;
+    } else if (a == "--nproc" || a == "--nproc-per-node" || a == "--nproc_per_node") {
+      opt.nproc = parse_int(a, get(), 1, 1024);
+    } else if (a == "--nnodes") {
+      opt.nnodes = parse_int(a, get(), 1, 65536);
+    } else if (a == "--node-rank" || a == "--node_rank") {
+      opt.node_rank = parse_int(a, get(), 0, 65535);
+    } else if (a == "--master-addr" || a == "--master_addr") {
+      opt.master_addr = get();
+    } else if (a == "--master-port" || a == "--master_port") {
+      opt.master_port = parse_int(a, get(), 1, 65535);
+    } else if (a == "--grace") {
+      opt.grace_s = parse_int(a, get(), 0, 86400);
+    } else {
+      break;
+    }
+  }
+  std::vector<std::string> command(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (command.empty()) user_error("launch: no command to run (e.g. bcdtrain launch --nproc 2 train --config FILE)");
+  if (command[0] == "launch") user_error("launch: the command cannot be launch itself");
+  if (opt.node_rank >= opt.nnodes)
+    user_error("launch: --node-rank {} is outside --nnodes {}", opt.node_rank, opt.nnodes);
+  if (opt.nnodes > 1 && opt.master_port == 0)
+    user_error("launch: with --nnodes {} every node needs the same --master-addr and --master-port", opt.nnodes);
+  return command;
+}
+
+int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& command) {
+  const std::string exe = self_exe();
+  const int port = opt.master_port > 0 ? opt.master_port : free_port();
+  const int world = opt.nnodes * opt.nproc;
+
+  g_forward_signal.store(0);
+  auto old_int = std::signal(SIGINT, on_launcher_signal);
+  auto old_term = std::signal(SIGTERM, on_launcher_signal);
+
+  const pid_t launcher = ::getpid();
+  std::vector<Rank> ranks(static_cast<size_t>(opt.nproc));
+  for (int local = 0; local < opt.nproc; ++local) {
+    Rank& r = ranks[static_cast<size_t>(local)];
+    r.rank = opt.node_rank * opt.nproc + local;
+    const pid_t pid = ::fork();
+    if (pid < 0) user_error("launch: fork failed: {}", std::strerror(errno));
+    if (pid == 0) {
+      ::setpgid(0, 0);  // signals reach the rank through the launcher only
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // and a launcher that dies takes its ranks along
+      if (::getppid() != launcher) ::_exit(128 + SIGTERM);
+      std::signal(SIGINT, SIG_DFL);
+      std::signal(SIGTERM, SIG_DFL);
+      ::setenv("RANK", std::to_string(r.rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(opt.nproc).c_str(), 1);
+      ::setenv("MASTER_ADDR", opt.master_addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(exe.c_str()));
+      for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(exe.c_str(), argv.data());
+      std::fprintf(stderr, "bcdtrain launch: exec %s: %s\n", exe.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    r.pid = pid;
+    r.running = true;
+  }
+
+  // Watch the ranks: forward signals; the first failure stops the others.
+  using Clock = std::chrono::steady_clock;
+  int result = 0;
+  bool failed = false, forwarded = false;
+  Clock::time_point kill_at{};
+  auto alive = [&] {
+    int n = 0;
+    for (const Rank& r : ranks) n += r.running ? 1 : 0;
+    return n;
+  };
+  auto signal_all = [&](int sig) {
+    for (const Rank& r : ranks)
+      if (r.running) ::kill(r.pid, sig);
+  };
+  while (alive() > 0) {
+    if (const int sig = g_forward_signal.exchange(0)) {
+      signal_all(sig);  // a second ^C reaches the ranks as their second signal: they stop at once
+      forwarded = true;
+    }
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (Rank& r : ranks) {
+        if (r.pid != pid) continue;
+        r.running = false;
+        r.status = status;
+        const int code = exit_code(status);
+        if (code != 0 && !failed && !forwarded) {
+          failed = true;
+          result = code;
+          fmt::print(stderr, "bcdtrain launch: rank {} (pid {}) {}; stopping the other ranks\n", r.rank, r.pid,
+                     describe(status));
+          signal_all(SIGTERM);
+          kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt.grace_s * 1000));
+        } else if (!failed) {
+          result = std::max(result, code);
+        }
+      }
+      continue;
+    }
+    if (pid < 0 && errno != EINTR && errno != ECHILD) user_error("launch: waitpid: {}", std::strerror(errno));
+    if (failed && Clock::now() >= kill_at) {
+      for (const Rank& r : ranks)
+        if (r.running) fmt::print(stderr, "bcdtrain launch: rank {} (pid {}) did not stop in {} s: killed\n", r.rank, r.pid, opt.grace_s);
+      signal_all(SIGKILL);
+      kill_at = Clock::now() + std::chrono::hours(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  return result;
+}
+
+}  // namespace bcd

@@ -1,0 +1,32 @@
+// `bcdtrain launch`: starts the ranks of a data-parallel run on this node, as torchrun does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bcd {
+
+struct LaunchOptions {
+  int nproc = 1;                  // ranks on this node (one per GPU)
+  int nnodes = 1;                 // nodes in the run, each running one launcher
+  int node_rank = 0;              // this node's place: its ranks are node_rank * nproc + [0, nproc)
+  std::string master_addr = "127.0.0.1";  // host of rank 0 (its TCP store)
+  int master_port = 0;            // 0: a free port of this host (single node only)
+  double grace_s = 30;            // after a rank fails, how long the others get to stop before SIGKILL
+};
+
+// Parses `launch`'s own options from the front of `args` (up to the first one it does not know,
+// or "--") and returns the rest: the command each rank runs. UserError on a bad option.
+std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt);
+
+// Runs `command` (bcdtrain's arguments, e.g. {"train", "--config", "c.toml"}) as opt.nproc
+// processes of this binary with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT set. SIGINT/SIGTERM are forwarded to every rank (each in its own process group, so
+// a terminal's ^C reaches them once, through here). When a rank fails, the launcher names it
+// (rank, pid, exit status or signal) on stderr, stops the others (SIGTERM, then SIGKILL after
+// grace_s) and returns that rank's exit code; otherwise the ranks' largest exit code (0, or
+// 128 + signal when they were stopped by one).
+int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& command);
+
+}  // namespace bcd

@@ -1,0 +1,311 @@
+// Rank discovery from the environment and collectives over c10d (TCPStore + ProcessGroupGloo).
+#include "runtime/process_group.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <optional>
+
+#if defined(BCD_HAVE_GLOO) || defined(BCD_HAVE_NCCL)
+#define BCD_HAVE_C10D 1
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+#ifdef BCD_HAVE_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef BCD_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "base/error.h"
+
+namespace bcd {
+
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+// A whole non-negative number from an environment variable; UserError naming it otherwise.
+std::optional<int64_t> env_int(const char* name) {
+  const auto v = env(name);
+  if (!v) return std::nullopt;
+  size_t used = 0;
+  int64_t n = -1;
+  try {
+    n = std::stoll(*v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v->size() || n < 0)
+    user_error("environment: {}=\"{}\": expected a whole number >= 0", name, *v);
+  return n;
+}
+
+int required_int(const char* name, const char* with) {
+  const auto v = env_int(name);
+  if (!v) user_error("environment: {} is set but {} is not", with, name);
+  return static_cast<int>(*v);
+}
+
+}  // namespace
+
+std::string first_slurm_host(const std::string& nodelist) {
+  // The first entry ends at the first comma outside brackets.
+  size_t end = 0;
+  int depth = 0;
+  for (; end < nodelist.size(); ++end) {
+    if (nodelist[end] == '[') ++depth;
+    if (nodelist[end] == ']') --depth;
+    if (nodelist[end] == ',' && depth == 0) break;
+  }
+  const std::string first = nodelist.substr(0, end);
+  const size_t open = first.find('[');
+  if (open == std::string::npos) return first;
+  const size_t close = first.find(']', open);
+  if (close == std::string::npos) user_error("environment: SLURM_JOB_NODELIST=\"{}\": unbalanced '['", nodelist);
+  // "gpu[03-05,09]": the prefix and the first number of the range, zero padding kept.
+  std::string range = first.substr(open + 1, close - open - 1);
+  range = range.substr(0, range.find_first_of(",-"));
+  if (range.empty()) user_error("environment: SLURM_JOB_NODELIST=\"{}\": empty range", nodelist);
+  return first.substr(0, open) + range + first.substr(close + 1);
+}
+
+DistEnv DistEnv::from_environment() {
+  DistEnv d;
+  if (env("WORLD_SIZE") || env("RANK")) {
+    d.source = "RANK/WORLD_SIZE";
+    d.rank = required_int("RANK", "WORLD_SIZE or RANK");
+    d.world_size = required_int("WORLD_SIZE", "WORLD_SIZE or RANK");
+    d.local_rank = static_cast<int>(env_int("LOCAL_RANK").value_or(d.rank));
+    d.local_world_size = static_cast<int>(env_int("LOCAL_WORLD_SIZE").value_or(d.world_size));
+    if (d.world_size > 1 && !env("MASTER_ADDR"))
+      user_error("environment: WORLD_SIZE={} but MASTER_ADDR is not set (the host of rank 0)", d.world_size);
+  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+    d.source = "SLURM_PROCID/SLURM_NTASKS";
+    d.rank = required_int("SLURM_PROCID", "SLURM_NTASKS");
+    d.world_size = required_int("SLURM_NTASKS", "SLURM_PROCID");
+    d.local_rank = static_cast<int>(env_int("SLURM_LOCALID").value_or(0));
+    d.local_world_size = static_cast<int>(env_int("SLURM_NTASKS_PER_NODE").value_or(1));
+    if (!env("MASTER_ADDR")) {
+      const auto nodes = env("SLURM_JOB_NODELIST");
+      if (!nodes && d.world_size > 1)
+        user_error("environment: SLURM_NTASKS={} but neither MASTER_ADDR nor SLURM_JOB_NODELIST is set",
+                   d.world_size);
+      if (nodes) d.master_addr = first_slurm_host(*nodes);
+    }
+    if (!env("MASTER_PORT")) d.master_port = 29500 + static_cast<int>(env_int("SLURM_JOB_ID").value_or(0) % 1000);
+  } else {
+    return d;
+  }
+  if (const auto a = env("MASTER_ADDR")) d.master_addr = *a;
+  if (const auto p = env_int("MASTER_PORT")) {
+    if (*p < 1 || *p > 65535) user_error("environment: MASTER_PORT={}: expected a port in [1, 65535]", *p);
+    d.master_port = static_cast<int>(*p);
+  }
+  if (d.world_size < 1) user_error("environment: world size {} (from {}): expected >= 1", d.world_size, d.source);
+  if (d.local_world_size < 1) d.local_world_size = 1;
+  if (d.rank >= d.world_size)
+    user_error("environment: rank {} is outside the world of {} ranks (from {})", d.rank, d.world_size, d.source);
+  return d;
+}
+
+// ---- Collectives ----
+
+struct ProcessGroup::Impl {
+  torch::Device device = torch::kCPU;  // where the backend wants tensors (NCCL: this rank's GPU)
+  std::string backend = "none";
+#ifdef BCD_HAVE_C10D
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::deque<c10::intrusive_ptr<c10d::Work>> in_flight;  // tickets finished_+1 .. started_
+#endif
+};
+
+ProcessGroup::ProcessGroup(int rank, int world_size, uint64_t bucket_bytes, std::unique_ptr<Impl> impl)
+    : rank_(rank), world_size_(world_size), bucket_bytes_(bucket_bytes), impl_(std::move(impl)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const DistConfig& cfg,
+                                                   const torch::Device& device) {
+  auto impl = std::make_unique<Impl>();
+  const uint64_t bucket = cfg.bucket_bytes.value;
+  if (env.world_size == 1)
+    return std::unique_ptr<ProcessGroup>(new ProcessGroup(0, 1, bucket, std::move(impl)));
+  // auto: NCCL when the model is on a GPU, Gloo on the CPU.
+  const std::string backend = cfg.backend != "auto" ? cfg.backend : device.is_cuda() ? "nccl" : "gloo";
+  if (backend == "nccl" && !device.is_cuda())
+    user_error("config: [dist] backend = \"nccl\" needs the model on a GPU ([train] device is {})", device.str());
+#ifndef BCD_HAVE_NCCL
+  if (backend == "nccl")
+    user_error("config: [dist] backend = \"nccl\" (or auto on a GPU): this build has no NCCL process group "
+               "(it needs a CUDA LibTorch and NCCL); use backend = \"gloo\"");
+#endif
+#ifndef BCD_HAVE_GLOO
+  if (backend == "gloo")
+    user_error("WORLD_SIZE={}: this build has no Gloo process group (configure with Gloo's headers, libgloo-dev)",
+               env.world_size);
+#endif
+#ifdef BCD_HAVE_C10D
+  impl->backend = backend;
+  const auto timeout = std::chrono::milliseconds(cfg.timeout_s * 1000);
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.isServer = env.rank == 0;
+    so.numWorkers = env.world_size;
+    so.waitWorkers = true;
+    so.timeout = timeout;
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    user_error("rank {}: rendezvous at {}:{} ({}) failed within {} s: {}", env.rank, env.master_addr,
+               env.master_port, env.source, cfg.timeout_s, e.what());
+  }
+#ifdef BCD_HAVE_NCCL
+  if (backend == "nccl") {
+    // Collectives run on NCCL's own streams, which ProcessGroupNCCL orders after the work already
+    // queued on the current (compute) stream by an event, and before later work that waits on the
+    // collective. Blocking wait with async error handling: a peer that died or hangs makes wait()
+    // throw after dist.timeout_s instead of hanging this rank for ever.
+    ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
+    ::setenv("NCCL_BLOCKING_WAIT", "1", 0);
+    ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", 0);
+    ::setenv("NCCL_ASYNC_ERROR_HANDLING", "1", 0);
+    try {
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      impl->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, env.rank, env.world_size, opts);
+      impl->device = device;
+    } catch (const std::exception& e) {
+      user_error("rank {}: cannot form the NCCL group of {} ranks: {}", env.rank, env.world_size, e.what());
+    }
+  }
+#endif
+#ifdef BCD_HAVE_GLOO
+  if (backend == "gloo") {
+    try {
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      // Loopback for one machine; otherwise the address this host's name resolves to, or the
+      // interface GLOO_SOCKET_IFNAME names (as torch.distributed does).
+      const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      if (ifname && *ifname)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost")
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world_size, opts);
+    } catch (const std::exception& e) {
+      user_error("rank {}: cannot form the Gloo group of {} ranks: {}", env.rank, env.world_size, e.what());
+    }
+  }
+#endif
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(env.rank, env.world_size, bucket, std::move(impl)));
+#else
+  user_error("WORLD_SIZE={}: this build has no process group (configure with Gloo's headers, libgloo-dev)",
+             env.world_size);
+#endif
+}
+
+const std::string& ProcessGroup::backend() const { return impl_->backend; }
+
+void ProcessGroup::fail(const std::string& op, const std::exception& e) const {
+  user_error("rank {} of {}: {} failed (a rank stopped or the [dist] timeout passed): {}", rank_, world_size_, op,
+             e.what());
+}
+
+void ProcessGroup::all_reduce_sum(const std::vector<torch::Tensor>& tensors) {
+  if (world_size_ == 1) return;
+#ifdef BCD_HAVE_C10D
+  // Each tensor is a contiguous buffer; split it into buckets and keep them all in flight.
+  // Gloo has no bf16 sum: such tensors go through an fp32 copy (exact, then rounded once).
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::vector<at::Tensor>> pieces;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> widened;  // (fp32 copy, original)
+  for (const torch::Tensor& given : tensors) {
+    BCD_CHECK(given.is_contiguous(), "all_reduce_sum: non-contiguous tensor");
+    torch::Tensor t = given;
+    if (given.scalar_type() == torch::kBFloat16) {
+      t = given.to(torch::kFloat32);
+      widened.emplace_back(t, given);
+    }
+    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes_) / static_cast<int64_t>(t.element_size()));
+    torch::Tensor flat = t.view({-1});
+    for (int64_t at = 0; at < flat.numel(); at += per) {
+      pieces.push_back({flat.narrow(0, at, std::min(per, flat.numel() - at))});
+      bytes_reduced_ += static_cast<uint64_t>(pieces.back()[0].nbytes());
+    }
+  }
+  try {
+    for (auto& p : pieces) works.push_back(impl_->pg->allreduce(p));
+    for (auto& w : works) w->wait();
+  } catch (const std::exception& e) {
+    fail("all-reduce", e);
+  }
+  for (auto& [wide, original] : widened) original.copy_(wide);
+#endif
+}
+
+uint64_t ProcessGroup::start_all_reduce_sum(const torch::Tensor& t) {
+  BCD_CHECK(t.is_contiguous() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64),
+            "start_all_reduce_sum: expected a contiguous fp32/fp64 tensor");
+  if (world_size_ == 1) return ++started_, finished_ = started_;
+#ifdef BCD_HAVE_C10D
+  std::vector<at::Tensor> one{t};
+  try {
+    impl_->in_flight.push_back(impl_->pg->allreduce(one));
+  } catch (const std::exception& e) {
+    fail("all-reduce", e);
+  }
+  bytes_reduced_ += static_cast<uint64_t>(t.nbytes());
+#endif
+  return ++started_;
+}
+
+double ProcessGroup::wait_for(uint64_t ticket) {
+  BCD_CHECK(ticket <= started_, "wait_for: ticket {} was never started", ticket);
+  const auto t0 = std::chrono::steady_clock::now();
+#ifdef BCD_HAVE_C10D
+  try {
+    while (finished_ < ticket) {
+      impl_->in_flight.front()->wait();
+      impl_->in_flight.pop_front();
+      ++finished_;
+    }
+  } catch (const std::exception& e) {
+    fail("all-reduce", e);
+  }
+#endif
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {
+  if (world_size_ == 1 || values.empty()) return values;
+  torch::Tensor t = torch::tensor(values, torch::kFloat64).to(impl_->device);
+  all_reduce_sum(std::vector<torch::Tensor>{t});
+  t = t.cpu();
+  const double* p = t.data_ptr<double>();
+  return std::vector<double>(p, p + values.size());
+}
+
+void ProcessGroup::barrier() {
+  if (world_size_ == 1) return;
+#ifdef BCD_HAVE_C10D
+  try {
+    c10d::BarrierOptions opts;
+    if (impl_->device.is_cuda()) opts.device_ids = {impl_->device.index()};
+    impl_->pg->barrier(opts)->wait();
+  } catch (const std::exception& e) {
+    fail("barrier", e);
+  }
+#endif
+}
+
+}  // namespace bcd

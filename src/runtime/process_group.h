@@ -1,0 +1,80 @@
+// Ranks of a data-parallel run (DESIGN.md §6): where this process stands (DistEnv, from the
+// launcher's environment) and its collectives (ProcessGroup, over LibTorch's c10d: Gloo on the
+// CPU, NCCL on GPUs; a world of one rank needs no communication at all).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+
+namespace bcd {
+
+// This process's place in the run, from the environment:
+// - torchrun / `bcdtrain launch`: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
+// - Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
+//   SLURM_JOB_NODELIST as the store's host (MASTER_ADDR wins when set), MASTER_PORT or
+//   29500 + SLURM_JOB_ID % 1000;
+// - neither: one rank.
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;   // ranks on this node (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE)
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source = "single process";  // which variables it came from (for messages)
+
+  // UserError naming the variable when one is malformed or they contradict each other.
+  static DistEnv from_environment();
+};
+
+// The first host of a Slurm node list: "gpu[03-05,09],cpu1" -> "gpu03".
+std::string first_slurm_host(const std::string& nodelist);
+
+class ProcessGroup {
+ public:
+  // Rendezvous through a TCP store on MASTER_ADDR:MASTER_PORT (rank 0 serves it), then the
+  // backend's group (dist.backend; auto: NCCL when `device` is a GPU, Gloo otherwise); UserError
+  // naming the address and the timeout when the other ranks do not come, or naming the backend
+  // this build lacks. A world of one rank makes no connection.
+  static std::unique_ptr<ProcessGroup> connect(const DistEnv& env, const DistConfig& cfg, const torch::Device& device);
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  bool is_root() const { return rank_ == 0; }
+  const std::string& backend() const;  // "gloo", "nccl", or "none" for one rank
+
+  // Sums each tensor across ranks, in place; tensors go in pieces of at most `bucket_bytes`, all
+  // in flight at once. UserError naming this rank when a peer is gone or the timeout passes.
+  void all_reduce_sum(const std::vector<torch::Tensor>& tensors);
+  // Starts summing one contiguous fp32/fp64 tensor across ranks, in place, and returns its ticket;
+  // every rank must start the same collectives in the same order. The tensor must not be touched
+  // until wait_for(ticket) (or a later ticket) returns.
+  uint64_t start_all_reduce_sum(const torch::Tensor& t);
+  // Waits for every collective started up to `ticket`; returns the seconds spent waiting.
+  double wait_for(uint64_t ticket);
+  // Sums a few doubles across ranks (losses, counts, flags).
+  std::vector<double> sum_over_ranks(std::vector<double> values);
+  void barrier();
+
+  uint64_t bytes_reduced() const { return bytes_reduced_; }  // payload bytes this rank all-reduced
+
+ private:
+  struct Impl;
+  ProcessGroup(int rank, int world_size, uint64_t bucket_bytes, std::unique_ptr<Impl> impl);
+  [[noreturn]] void fail(const std::string& op, const std::exception& e) const;
+
+  int rank_ = 0, world_size_ = 1;
+  uint64_t bucket_bytes_ = 0;
+  uint64_t bytes_reduced_ = 0;
+  uint64_t started_ = 0, finished_ = 0;  // tickets
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bcd

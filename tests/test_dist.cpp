@@ -1,0 +1,348 @@
+// Data-parallel training over real processes on loopback (c10d Gloo), against the single-process
+// run: 2 ranks x b give 1 rank x 2b, a stopped run resumes exactly (and on one rank), a killed
+// rank stops the run; and where ranks come from (launcher, torchrun and Slurm variables).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "io/checkpoint.h"
+#include "model/llama.h"
+#include "model/weights.h"
+#include "runtime/launcher.h"
+#include "runtime/process_group.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+using test::error_of;
+using test::read_metrics;
+namespace fs = std::filesystem;
+
+// ---- Where ranks come from ----
+
+// Sets the given variables (nullopt: unset) and clears every other rank variable; restores all
+// of them when it dies.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const std::map<std::string, std::optional<std::string>>& vars) {
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                          "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",
+                          "SLURM_NTASKS_PER_NODE"}) {
+      const char* v = std::getenv(k);
+      saved_[k] = v ? std::optional<std::string>(v) : std::nullopt;
+      ::unsetenv(k);
+    }
+    for (const auto& [k, v] : vars)
+      if (v) ::setenv(k.c_str(), v->c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : saved_) {
+      if (v) ::setenv(k.c_str(), v->c_str(), 1);
+      else ::unsetenv(k.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+TEST(DistEnv, NoVariablesIsOneRank) {
+  ScopedEnv env({});
+  const DistEnv d = DistEnv::from_environment();
+  EXPECT_EQ(d.rank, 0);
+  EXPECT_EQ(d.world_size, 1);
+  EXPECT_EQ(d.local_world_size, 1);
+}
+
+TEST(DistEnv, TorchrunVariables) {
+  ScopedEnv env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+                 {"MASTER_ADDR", "node07"}, {"MASTER_PORT", "29411"}});
+  const DistEnv d = DistEnv::from_environment();
+  EXPECT_EQ(d.rank, 5);
+  EXPECT_EQ(d.world_size, 8);
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_world_size, 4);
+  EXPECT_EQ(d.master_addr, "node07");
+  EXPECT_EQ(d.master_port, 29411);
+}
+
+TEST(DistEnv, SlurmVariables) {
+  ScopedEnv env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
+                 {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "gpu[07-08]"}, {"SLURM_JOB_ID", "123456"}});
+  const DistEnv d = DistEnv::from_environment();
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.world_size, 4);
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_world_size, 2);
+  EXPECT_EQ(d.master_addr, "gpu07");
+  EXPECT_EQ(d.master_port, 29500 + 456);
+}
+
+TEST(DistEnv, FirstSlurmHost) {
+  EXPECT_EQ(first_slurm_host("node1"), "node1");
+  EXPECT_EQ(first_slurm_host("node1,node2"), "node1");
+  EXPECT_EQ(first_slurm_host("gpu[03-05,09],cpu1"), "gpu03");
+  EXPECT_EQ(first_slurm_host("gpu[11,12]"), "gpu11");
+  EXPECT_EQ(first_slurm_host("rack[2]-n[1-4]"), "rack2-n[1-4]");
+  EXPECT_NE(error_of([] { first_slurm_host("gpu[03-05"); }).find("unbalanced"), std::string::npos);
+}
+
+TEST(DistEnv, BadVariablesNameTheVariable) {
+  {
+    ScopedEnv env({{"RANK", "one"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("RANK=\"one\""), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("rank 2 is outside the world of 2"), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("MASTER_ADDR is not set"), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("RANK is not"), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("MASTER_PORT=70000"), std::string::npos);
+  }
+}
+
+TEST(Launch, ParsesItsOptionsAndLeavesTheCommand) {
+  LaunchOptions o;
+  const auto cmd = parse_launch_args({"--nproc", "4", "--master-port=29555", "train", "--config", "c.toml",
+                                      "--train.steps=3"}, o);
+  EXPECT_EQ(o.nproc, 4);
+  EXPECT_EQ(o.master_port, 29555);
+  EXPECT_EQ(cmd, (std::vector<std::string>{"train", "--config", "c.toml", "--train.steps=3"}));
+  LaunchOptions m;
+  const auto cmd2 = parse_launch_args({"--nnodes", "2", "--node-rank", "1", "--nproc", "2", "--master-addr", "n0",
+                                       "--master-port", "29500", "--", "--weird", "train"}, m);
+  EXPECT_EQ(m.nnodes, 2);
+  EXPECT_EQ(m.node_rank, 1);
+  EXPECT_EQ(m.master_addr, "n0");
+  EXPECT_EQ(cmd2, (std::vector<std::string>{"--weird", "train"}));
+}
+
+TEST(Launch, BadOptionsAreRefused) {
+  LaunchOptions o;
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "0", "train"}, o); }).find("--nproc 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2"}, o); }).find("no command"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nnodes", "2", "--nproc", "2", "train"}, o); }).find("--master-port"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nnodes", "2", "--node-rank", "2", "--master-port", "1", "train"}, o); })
+                .find("--node-rank 2"),
+            std::string::npos);
+  auto r = test::run_bcdtrain("launch --nproc 2 train --config /no/such.toml");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("bcdtrain launch: rank"), std::string::npos) << r.output;
+}
+
+// ---- Training on two ranks ----
+
+class DataParallel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir("bcd-dist");
+    auto r = test::prepare_fortunes(dir_->file("data"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+#ifndef BCD_HAVE_GLOO
+    GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank training";
+#endif
+  }
+  // `train` of a small model; `batch` sequences per rank.
+  static std::string train(const std::string& run, int batch, const std::string& extra) {
+    return "train --quiet --config " + test::source_path("configs/tiny.toml") + " --data.path=" + dir_->file("data") +
+           " --train.run_dir=" + dir_->file(run) + " --train.batch_size=" + std::to_string(batch) +
+           " --model.d_model=128 --model.d_ff=384 --model.n_kv_heads=2 --train.seq_len=64 --train.log_every=1"
+           " --train.val_every=5 --train.val_batches=4 --bcd.switch_every=3 --sample.prompts='[]'"
+           " --dist.timeout_s=60 --dist.bucket_bytes=64KiB " + extra;
+  }
+  static std::string path(const std::string& name) { return dir_->file(name); }
+  static test::TempDir* dir_;
+};
+test::TempDir* DataParallel::dir_ = nullptr;
+
+// Every block's weights of two runs: ||a - b|| / ||b|| within `tol`. (Elementwise bounds do not
+// fit: Adam divides by sqrt(v), so an element whose gradient is near zero moves by up to lr per
+// step on a rounding difference; the norm of the difference stays as small as the rounding.)
+void expect_weights_close(const std::string& a, const std::string& b, double tol) {
+  Config cfg;
+  apply_config_text(cfg, read_weights_config(a), a);
+  LlamaModel wa(cfg.model), wb(cfg.model);
+  load_weights(wa, a);
+  load_weights(wb, b);
+  for (int i = 0; i < wa.n_blocks(); ++i) {
+    const torch::Tensor x = wa.block(i).data(), y = wb.block(i).data();
+    const double err = (x - y).norm().item<double>() / y.norm().item<double>();
+    EXPECT_LE(err, tol) << wa.block(i).name() << ": max |a - b| = " << (x - y).abs().max().item<double>();
+  }
+}
+
+struct Variant {
+  const char* name;
+  const char* extra;
+};
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+class DataParallelVariants : public DataParallel, public ::testing::WithParamInterface<Variant> {};
+
+TEST_P(DataParallelVariants, TwoRanksGiveOneRankWithTwiceTheBatch) {
+  const Variant v = GetParam();
+  std::string extra = std::string(" --train.steps=10 ") + v.extra;
+  if (std::string(v.name).find("Nvme") != std::string::npos) {
+    fs::create_directories(path(std::string("nvme-") + v.name));
+    extra += " --memory.home=nvme --memory.nvme_paths='[\"" + path(std::string("nvme-") + v.name) + "\"]'";
+  }
+  const std::string r1 = std::string("one-") + v.name, r2 = std::string("two-") + v.name;
+  auto one = test::run_bcdtrain(train(r1, 8, extra));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two = test::run_bcdtrain("launch --nproc 2 " + train(r2, 4, extra));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const auto m1 = read_metrics(path(r1) + "/metrics.jsonl"), m2 = read_metrics(path(r2) + "/metrics.jsonl");
+  ASSERT_EQ(m1.size(), 10u);
+  ASSERT_EQ(m2.size(), 10u) << "rank 0 alone writes metrics.jsonl";
+  for (size_t i = 0; i < m1.size(); ++i) {
+    for (const char* k : {"loss", "grad_norm"})
+      EXPECT_NEAR(m2[i][k].get<double>(), m1[i][k].get<double>(), 1e-5 * std::abs(m1[i][k].get<double>()))
+          << k << " at step " << i + 1;
+    EXPECT_EQ(m2[i]["tokens"], m1[i]["tokens"]) << "tokens count every rank";
+    if (m1[i].contains("block")) {
+      EXPECT_EQ(m2[i]["block"], m1[i]["block"]);
+    }
+    if (m1[i].contains("val_loss")) {
+      EXPECT_NEAR(m2[i]["val_loss"].get<double>(), m1[i]["val_loss"].get<double>(), 1e-5) << "step " << i + 1;
+    }
+  }
+  expect_weights_close(path(r1) + "/model.h5", path(r2) + "/model.h5", 1e-5);
+  // The gradient went out in buckets while backward ran, rebuilt for every new trainable set
+  // (a visit starts at steps 1, 4, 7 and 10; full AdamW never changes its set).
+  const auto& last = m2.back();
+  const bool bcd = std::string(v.extra).find("enabled=false") == std::string::npos;
+  EXPECT_EQ(last["comm_bucket_rebuilds"].get<int>(), bcd ? 4 : 1);
+  EXPECT_GT(last["comm_buckets"].get<int>(), 1) << "64KiB buckets split every unit";
+  EXPECT_GT(last["comm_buckets_in_backward"].get<int>(), 0);
+  EXPECT_GT(last["comm_bytes_total"].get<double>(), 0);
+  EXPECT_FALSE(m1.back().contains("comm_bytes_total")) << "one rank has no communication";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, DataParallelVariants,
+    ::testing::Values(Variant{"BcdKeep", "--bcd.enabled=true --bcd.state_on_switch=keep"},
+                      Variant{"BcdResetHalves", "--bcd.state_on_switch=reset --bcd.blocks=attn_mlp --bcd.layers_per_block=1"},
+                      Variant{"BcdKeepNvme", "--bcd.state_on_switch=keep --bcd.order=ascending"},
+                      Variant{"FullAdamW", "--bcd.enabled=false"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// The next step's forward below the active unit runs while the gradient is on the wire; the
+// run is bitwise the one without that overlap.
+TEST_F(DataParallel, ForwardAheadOfTheUpdateChangesNothing) {
+  const std::string extra = " --train.steps=10 --bcd.order=descending";
+  auto on = test::run_bcdtrain("launch --nproc 2 " + train("ahead-on", 4, extra));
+  ASSERT_EQ(on.exit_code, 0) << on.output;
+  auto off = test::run_bcdtrain("launch --nproc 2 " + train("ahead-off", 4, extra + " --dist.overlap_forward=false"));
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  const auto a = read_metrics(path("ahead-on") + "/metrics.jsonl"), b = read_metrics(path("ahead-off") + "/metrics.jsonl");
+  ASSERT_EQ(a.size(), 10u);
+  ASSERT_EQ(b.size(), 10u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()) << "step " << i + 1;
+  }
+  // descending: head (steps 1-3), layers.2-3 (4-6), layers.0-1 (7-9), embed (10); ahead on the
+  // first two steps of each visit above the embedding, and never on the last step
+  EXPECT_EQ(a.back()["comm_forward_ahead_total"].get<int>(), 6);
+  EXPECT_EQ(b.back()["comm_forward_ahead_total"].get<int>(), 0);
+  expect_weights_close(path("ahead-on") + "/model.h5", path("ahead-off") + "/model.h5", 0.0);
+}
+
+TEST_F(DataParallel, StoppedRunResumesExactlyAndOnOneRank) {
+  const std::string extra = " --train.steps=14";
+  const std::string full = path("resume-full"), run = path("resume-stopped");
+  auto f = test::run_bcdtrain("launch --nproc 2 " + train("resume-full", 4, extra));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  test::Background bg("launch --nproc 2 " + train("resume-stopped", 4, extra), path("resume.log"));
+  for (int i = 0; i < 3000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 4) break;
+  }
+  ASSERT_EQ(kill(bg.pid, SIGTERM), 0);
+  EXPECT_EQ(bg.wait(), 128 + SIGTERM) << test::read_text(path("resume.log"));
+  const auto ckpts = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(ckpts.size(), 1u) << test::read_text(path("resume.log"));
+  const int64_t at = CheckpointReader(ckpts[0]).attr_int("/", "step");
+  EXPECT_EQ(CheckpointReader(ckpts[0]).attr_int("/", "world_size"), 2);
+  EXPECT_LT(at, 14) << "the signal came too late to test anything";
+  EXPECT_NE(test::read_text(path("resume.log")).find("launch --nproc 2 train --resume"), std::string::npos)
+      << test::read_text(path("resume.log"));
+  // the same checkpoint, twice: on 2 ranks (exact) and on 1 rank with twice the batch
+  fs::copy(run, path("resume-one"), fs::copy_options::recursive);
+  auto r = test::run_bcdtrain("launch --nproc 2 train --quiet --resume " + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto mf = read_metrics(full + "/metrics.jsonl"), mr = read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(mr.size(), 14u);
+  for (size_t i = 0; i < mf.size(); ++i) EXPECT_EQ(mr[i]["loss"].get<double>(), mf[i]["loss"].get<double>()) << i + 1;
+  expect_weights_close(full + "/model.h5", run + "/model.h5", 0.0);
+  auto o = test::run_bcdtrain("train --quiet --resume " + path("resume-one") + " --train.batch_size=8");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const auto mo = read_metrics(path("resume-one") + "/metrics.jsonl");
+  ASSERT_EQ(mo.size(), 14u);
+  for (size_t i = 0; i < mf.size(); ++i)
+    EXPECT_NEAR(mo[i]["loss"].get<double>(), mf[i]["loss"].get<double>(), 1e-5 * mf[i]["loss"].get<double>()) << i + 1;
+}
+
+// Children of a process, from /proc (the launcher's ranks).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t c;
+  while (in >> c) out.push_back(c);
+  return out;
+}
+
+TEST_F(DataParallel, AKilledRankStopsEveryRankAndTheLauncherNamesIt) {
+  const std::string run = path("killed");
+  test::Background bg("launch --nproc 2 " + train("killed", 4, " --train.steps=100000 --dist.timeout_s=30"),
+                      path("killed.log"));
+  for (int i = 0; i < 3000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 2) break;
+  }
+  const std::vector<pid_t> ranks = children_of(bg.pid);
+  ASSERT_EQ(ranks.size(), 2u) << test::read_text(path("killed.log"));
+  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = bg.wait();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = test::read_text(path("killed.log"));
+  EXPECT_EQ(code, 128 + SIGKILL) << log;
+  EXPECT_NE(log.find("rank 1 (pid " + std::to_string(ranks[1]) + ") was killed by signal 9"), std::string::npos) << log;
+  EXPECT_LT(waited, 30.0) << "the other rank should notice at once, well within dist.timeout_s";
+  for (pid_t p : ranks) EXPECT_NE(kill(p, 0), 0) << "rank pid " << p << " is still there";
+}
+
+}  // namespace
+}  // namespace bcd
