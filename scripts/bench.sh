@@ -13,6 +13,8 @@ usage() {
   echo "        convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens" >&2
   echo "        io            fio vs bcdtrain iobench (io_uring and thread engines)" >&2
   echo "        staging       BCD step time with master + moments on NVMe vs in host memory" >&2
+  echo "        comm          bytes all-reduced per step, BCD vs data-parallel AdamW (2 ranks)" >&2
+  echo "        dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency" >&2
   echo "        memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)" >&2
   exit 2
 }
@@ -28,6 +30,7 @@ case "$name" in
   io) target=bcdtrain; program="" ;;
   staging) target=bench_staging; program=tests/bench_staging ;;
   memory) target=bench_memory; program=tests/bench_memory ;;
+  comm | dp) target=bench_dp; program="tests/bench_dp $name" ;;
   *) echo "scripts/bench.sh: unknown benchmark '$name'" >&2; usage ;;
 esac
 
@@ -50,4 +53,4 @@ export OMP_WAIT_POLICY=PASSIVE
 if [[ $name == io ]]; then
   BCD_IOBENCH="$build/bcdtrain iobench" exec scripts/bench_io.sh "$@"
 fi
-exec "$build/$program" "$@"
+exec $build/$program "$@"
