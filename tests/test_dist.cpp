@@ -344,5 +344,30 @@ TEST_F(DataParallel, AKilledRankStopsEveryRankAndTheLauncherNamesIt) {
   for (pid_t p : ranks) EXPECT_NE(kill(p, 0), 0) << "rank pid " << p << " is still there";
 }
 
+// A rank that hangs (stopped, never answering): the others fail their next collective within
+// dist.timeout_s, naming it as a timeout, and the launcher kills the hung one after its grace.
+TEST_F(DataParallel, AHungRankTimesOutTheOthersAndTheLauncherKillsIt) {
+  const std::string run = path("hung");
+  test::Background bg("launch --nproc 2 --grace 2 " + train("hung", 4, " --train.steps=100000 --dist.timeout_s=5"),
+                      path("hung.log"));
+  for (int i = 0; i < 3000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 2) break;
+  }
+  const std::vector<pid_t> ranks = children_of(bg.pid);
+  ASSERT_EQ(ranks.size(), 2u) << test::read_text(path("hung.log"));
+  ASSERT_EQ(kill(ranks[1], SIGSTOP), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = bg.wait();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = test::read_text(path("hung.log"));
+  EXPECT_NE(code, 0) << log;
+  EXPECT_NE(log.find("rank 0 of 2: all-reduce failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1 (pid " + std::to_string(ranks[1]) + ") did not stop in 2 s: killed"), std::string::npos)
+      << log;
+  EXPECT_LT(waited, 5.0 + 2.0 + 20.0) << "timeout, grace and a margin for a slow machine";
+  for (pid_t p : ranks) EXPECT_NE(kill(p, 0), 0) << "rank pid " << p << " is still there";
+}
+
 }  // namespace
 }  // namespace bcd
