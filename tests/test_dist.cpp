@@ -186,6 +186,14 @@ class DataParallel : public ::testing::Test {
 };
 test::TempDir* DataParallel::dir_ = nullptr;
 
+// Until the run directory's metrics.jsonl holds `n` records (at most a minute).
+void wait_for_records(const std::string& run, size_t n) {
+  for (int i = 0; i < 3000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= n) return;
+  }
+}
+
 // Every block's weights of two runs: ||a - b|| / ||b|| within `tol`. (Elementwise bounds do not
 // fit: Adam divides by sqrt(v), so an element whose gradient is near zero moves by up to lr per
 // step on a rounding difference; the norm of the difference stays as small as the rounding.)
@@ -285,10 +293,7 @@ TEST_F(DataParallel, StoppedRunResumesExactlyAndOnOneRank) {
   auto f = test::run_bcdtrain("launch --nproc 2 " + train("resume-full", 4, extra));
   ASSERT_EQ(f.exit_code, 0) << f.output;
   test::Background bg("launch --nproc 2 " + train("resume-stopped", 4, extra), path("resume.log"));
-  for (int i = 0; i < 3000; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 4) break;
-  }
+  wait_for_records(run, 4);
   ASSERT_EQ(kill(bg.pid, SIGTERM), 0);
   EXPECT_EQ(bg.wait(), 128 + SIGTERM) << test::read_text(path("resume.log"));
   const auto ckpts = list_checkpoints(run + "/checkpoints");
@@ -327,10 +332,7 @@ TEST_F(DataParallel, AKilledRankStopsEveryRankAndTheLauncherNamesIt) {
   const std::string run = path("killed");
   test::Background bg("launch --nproc 2 " + train("killed", 4, " --train.steps=100000 --dist.timeout_s=30"),
                       path("killed.log"));
-  for (int i = 0; i < 3000; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 2) break;
-  }
+  wait_for_records(run, 2);
   const std::vector<pid_t> ranks = children_of(bg.pid);
   ASSERT_EQ(ranks.size(), 2u) << test::read_text(path("killed.log"));
   ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
@@ -350,10 +352,7 @@ TEST_F(DataParallel, AHungRankTimesOutTheOthersAndTheLauncherKillsIt) {
   const std::string run = path("hung");
   test::Background bg("launch --nproc 2 --grace 2 " + train("hung", 4, " --train.steps=100000 --dist.timeout_s=5"),
                       path("hung.log"));
-  for (int i = 0; i < 3000; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 2) break;
-  }
+  wait_for_records(run, 2);
   const std::vector<pid_t> ranks = children_of(bg.pid);
   ASSERT_EQ(ranks.size(), 2u) << test::read_text(path("hung.log"));
   ASSERT_EQ(kill(ranks[1], SIGSTOP), 0);
