@@ -319,6 +319,26 @@ TEST_F(DataParallel, StoppedRunResumesExactlyAndOnOneRank) {
     EXPECT_NEAR(mo[i]["loss"].get<double>(), mf[i]["loss"].get<double>(), 1e-5 * mf[i]["loss"].get<double>()) << i + 1;
 }
 
+// Ranks on one machine split its RAM: each plans with half of what one rank alone would get.
+TEST_F(DataParallel, RanksOnOneMachineShareItsMemory) {
+  const std::string extra = " --train.steps=2";
+  auto one = test::run_bcdtrain(train("share-one", 8, extra));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two = test::run_bcdtrain("launch --nproc 2 " + train("share-two", 4, extra));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const auto budget = [&](const std::string& run) {
+    return read_metrics(path(run) + "/metrics.jsonl").back()["memory"]["host"]["budget"].get<double>();
+  };
+  const double ratio = budget("share-one") / budget("share-two");
+  EXPECT_GT(ratio, 1.6) << "MemAvailable moved between the runs, or the ranks do not share it";
+  EXPECT_LT(ratio, 2.5);
+  EXPECT_NE(test::read_text(path("share-two") + "/config.toml").find("host_bytes = 'auto'"), std::string::npos)
+      << "the run's config keeps auto: a resume on other ranks shares the machine anew";
+  auto plan = test::run_bcdtrain("plan --config " + test::source_path("configs/tiny.toml") + " --nproc 2 --model.vocab_size=2048");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("per rank, 2 ranks on this machine"), std::string::npos) << plan.output;
+}
+
 // Children of a process, from /proc (the launcher's ranks).
 std::vector<pid_t> children_of(pid_t pid) {
   std::vector<pid_t> out;

@@ -142,6 +142,9 @@ int run(int argc, char** argv) {
   // plan
   auto* plan = app.add_subcommand("plan", "memory plan of a run: home tier of every block's state, budgets, fits or not");
   plan->add_option("--config", config_file, "TOML config file")->check(CLI::ExistingFile);
+  int plan_ranks = 1;
+  plan->add_option("--nproc", plan_ranks, "data-parallel ranks on this machine: they share its RAM")
+      ->check(CLI::Range(1, 4096));
 
   // prepare
   PrepareOptions popt;
@@ -265,8 +268,11 @@ int run(int argc, char** argv) {
       mc.vocab_size = TokenDataset::open(cfg.data.path).vocab_size();
     }
     // A GPU run's compute_bytes = auto is the GPU's memory, when one is usable here.
-    if (cfg.train.device != "cpu") apply_device_budget(cfg.memory, resolve_device("auto"));
+    const torch::Device device = cfg.train.device != "cpu" ? resolve_device("auto") : torch::Device(torch::kCPU);
+    if (device.is_cuda()) apply_device_budget(cfg.memory, device);
+    share_machine_memory(cfg.memory, device, plan_ranks);  // each of the ranks on this machine
     const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory);
+    if (plan_ranks > 1) fmt::print("per rank, {} ranks on this machine (replicated state: each rank holds all of it)\n", plan_ranks);
     fmt::print("{}", format_plan(p));
     if (!p.fits) user_error("plan does not fit: {}", p.why_not);
   } else if (prepare->parsed()) {

@@ -42,7 +42,8 @@ TokenDataset open_dataset(const DataConfig& data) {
 
 // The model's shape (from HF config.json, an init_from file or [model]) checked against the data,
 // then the memory plan, refused when it does not fit; `acct` takes the plan's budgets.
-MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, MemoryAccounting& acct) {
+MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, int local_ranks,
+                    MemoryAccounting& acct) {
   const TrainConfig& tc = cfg.train;
   // Validation needs at least one window; checked up front so the run does not fail at the end.
   { DataLoader probe(ds, Split::kVal, 1, tc.seq_len, 0, false, false); }
@@ -56,7 +57,9 @@ MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& de
   cfg.model = mc;
 
   apply_device_budget(cfg.memory, device);  // compute_bytes = auto: the GPU's memory on CUDA
-  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, cfg.memory);
+  MemoryConfig mem = cfg.memory;             // the config keeps "auto": a resume may have other ranks
+  share_machine_memory(mem, device, local_ranks);
+  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, mem);
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
   acct.set_budget(Pool::kCompute, plan.compute.budget);
   acct.set_budget(Pool::kPinned, plan.pinned.budget);
@@ -102,7 +105,7 @@ RunSetup::RunSetup(Config config, std::string resume)
       tok(Tokenizer::load(ds.tokenizer_path())),
       train_loader(ds, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
-      plan(plan_run(cfg, ds, device, acct)),
+      plan(plan_run(cfg, ds, device, dist_env.local_world_size, acct)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
       model(cfg.model, working_options(cfg.train, device)),
       working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model)),
@@ -255,6 +258,13 @@ void apply_device_budget(MemoryConfig& mem, const torch::Device& device) {
   const size_t total = cuda_device_total_bytes(device.index() < 0 ? 0 : device.index());
   if (total > 0) mem.compute_bytes = Bytes{total, false};
 #endif
+}
+
+void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks) {
+  if (local_ranks <= 1) return;
+  const auto share = [&](const char* key) { return Bytes{meminfo_bytes(key) / static_cast<uint64_t>(local_ranks), false}; };
+  if (mem.host_bytes.is_auto) mem.host_bytes = share("MemAvailable");
+  if (mem.compute_bytes.is_auto && !device.is_cuda()) mem.compute_bytes = share("MemTotal");
 }
 
 void configure_threads(int64_t threads) {

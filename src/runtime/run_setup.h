@@ -85,6 +85,10 @@ class RunSetup {
   void make_optimizer();
 };
 
+// Ranks on one machine share its RAM: the "auto" host budget (and on the CPU the compute
+// budget) becomes each rank's 1/local_ranks share of what /proc/meminfo reports.
+void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks);
+
 // [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
 // usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
 // no kernel image in this build), "auto" (cuda when usable). `index`: the GPU (a rank's LOCAL_RANK).
