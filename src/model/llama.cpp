@@ -5,6 +5,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -218,17 +219,18 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, co
   const int n_layers = static_cast<int>(cfg_.n_layers);
   const bool grad_on = torch::GradMode::is_enabled();
   torch::Tensor x;
-  int first = 0;  // the first layer still to run
   if (below.defined()) {
     BCD_CHECK(grad_from >= 1 && below.size(0) == tokens.size(0) && below.size(1) == t,
               "forward: the frozen prefix does not match the batch or grad_from {}", grad_from);
     x = below;
-    first = grad_from - 1;  // blocks [0, grad_from): embed and layers [0, grad_from - 1)
+  } else if (grad_from >= 1) {
+    x = frozen_blocks(tokens, grad_from);
   } else {
-    torch::AutoGradMode mode(grad_on && grad_from <= 0);
+    torch::AutoGradMode mode(grad_on);
     x = torch::embedding(embed_weight(), tokens.to(opts_.device()));
   }
-  for (int i = first; i < n_layers; ++i) {
+  // blocks [0, grad_from) are done: embed and layers [0, grad_from - 1)
+  for (int i = std::max(grad_from - 1, 0); i < n_layers; ++i) {
     const bool grad_here = grad_on && (i + 1) >= grad_from;
     torch::AutoGradMode mode(grad_here);
     if (grad_here && cfg_.activation_checkpointing) {
@@ -246,10 +248,12 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, co
 
 torch::Tensor LlamaModel::frozen_prefix(const torch::Tensor& batch_in, int upto) const {
   BCD_CHECK(upto >= 1 && upto <= n_blocks() - 1, "frozen_prefix: upto {} outside [1, {}]", upto, n_blocks() - 1);
+  return frozen_blocks(batch_in.narrow(1, 0, batch_in.size(1) - 1), upto);
+}
+
+torch::Tensor LlamaModel::frozen_blocks(const torch::Tensor& tokens, int upto) const {
   torch::NoGradGuard ng;
-  const torch::Tensor batch = batch_in.to(opts_.device());
-  const torch::Tensor tokens = batch.narrow(1, 0, batch.size(1) - 1);
-  torch::Tensor x = torch::embedding(embed_weight(), tokens);
+  torch::Tensor x = torch::embedding(embed_weight(), tokens.to(opts_.device()));
   for (int i = 0; i < upto - 1; ++i) x = layer_forward(i, x);
   return x;
 }

@@ -62,6 +62,8 @@ class LlamaModel {
  private:
   torch::Tensor embed_weight() const;
   torch::Tensor head_weight() const;
+  // tokens (B, T) through blocks [0, upto) with no autograd: forward below grad_from.
+  torch::Tensor frozen_blocks(const torch::Tensor& tokens, int upto) const;
 
   ModelConfig cfg_;
   torch::TensorOptions opts_;
