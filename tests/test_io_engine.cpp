@@ -37,6 +37,14 @@ TEST(Bytes, Formats) {
   EXPECT_EQ(format_bytes(3 * kMiB / 2), "1.5 MiB");
 }
 
+TEST(Bytes, ParsesCounts) {
+  EXPECT_EQ(parse_count("0"), 0);
+  EXPECT_EQ(parse_count("29500"), 29500);
+  EXPECT_EQ(parse_count("9223372036854775807"), INT64_MAX);
+  for (const char* junk : {"", "-1", "+1", " 1", "1 ", "1x", "0x10", "9223372036854775808", "99999999999999999999"})
+    EXPECT_FALSE(parse_count(junk).has_value()) << junk;
+}
+
 // ---- Engines against pread/pwrite ----
 
 using EngineParam = std::tuple<EngineKind, unsigned /*queue depth*/, uint64_t /*extent*/, bool /*direct*/>;

@@ -76,4 +76,15 @@ std::string format_bytes(uint64_t bytes) {
   return fmt::format("{:.4g} {}", v, kNames[i]);
 }
 
+std::optional<int64_t> parse_count(const std::string& text) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  uint64_t n = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (n > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+  return static_cast<int64_t>(n);
+}
+
 }  // namespace bcd

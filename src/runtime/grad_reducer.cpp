@@ -18,7 +18,6 @@ struct GradReducer::Bucket {
   int pending = 0;                 // of those, still to come in this backward
   torch::Tensor wire;              // what goes on the wire: the range itself, or its fp32 copy
   uint64_t ticket = 0;
-  bool started = false;
 };
 
 struct GradReducer::State {
@@ -30,8 +29,7 @@ struct GradReducer::State {
   // Keeps each trainable view's gradient accumulator (and so its hook) alive between steps.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   size_t next = 0;                 // position in `order` of the first bucket not yet started
-  bool armed = false;
-  bool in_backward = false;
+  bool armed = false;               // from arm() until finish(): the final backward runs
 };
 
 // Runs after a parameter's gradient accumulator has added this backward's gradient.
@@ -60,10 +58,9 @@ void GradReducer::arm(LlamaModel& model) {
     for (const torch::Tensor& p : b.params())
       if (p.requires_grad()) views.push_back(p.unsafeGetTensorImpl());
   if (!state_ || state_->views != views) rebuild(model, std::move(views));
-  for (Bucket& k : state_->buckets) k.pending = k.params, k.started = false;
+  for (Bucket& k : state_->buckets) k.pending = k.params;
   state_->next = 0;
   state_->armed = true;
-  state_->in_backward = true;
   stats_.started_in_backward = 0;
 }
 
@@ -133,18 +130,15 @@ void GradReducer::start(size_t bucket) {
   const torch::Tensor range = k.block->grad().narrow(0, k.begin, k.end - k.begin);
   k.wire = range.scalar_type() == torch::kFloat32 ? range : range.to(torch::kFloat32);  // Gloo has no bf16 sum
   k.ticket = pg_.start_all_reduce_sum(k.wire);
-  k.started = true;
-  if (state_->in_backward) ++stats_.started_in_backward;
+  if (state_->armed) ++stats_.started_in_backward;
 }
 
 void GradReducer::finish() {
   BCD_CHECK(state_ && state_->armed, "GradReducer::finish without arm");
-  state_->in_backward = false;
   State& s = *state_;
+  s.armed = false;  // backward is over: what starts now did not overlap it
   for (; s.next < s.order.size(); ++s.next) start(s.order[s.next]);
-  uint64_t last = 0;  // the last started (tickets grow with starting order)
-  for (const Bucket& k : s.buckets) last = std::max(last, k.ticket);
-  stats_.exposed_s = s.buckets.empty() ? 0.0 : pg_.wait_for(last);
+  stats_.exposed_s = s.buckets.empty() ? 0.0 : pg_.wait_for(s.buckets[s.order.back()].ticket);  // the last started
   stats_.exposed_s_total += stats_.exposed_s;
   torch::NoGradGuard ng;
   const double inv = 1.0 / static_cast<double>(pg_.world_size());
@@ -157,7 +151,6 @@ void GradReducer::finish() {
     }
     k.wire = torch::Tensor();
   }
-  state_->armed = false;
   if (!s.learned) learn_order();
 }
 

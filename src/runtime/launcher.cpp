@@ -17,6 +17,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/bytes.h"
 #include "base/error.h"
 
 namespace bcd {
@@ -27,16 +28,9 @@ std::atomic<int> g_forward_signal{0};
 extern "C" void on_launcher_signal(int sig) { g_forward_signal.store(sig); }
 
 int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
-  size_t used = 0;
-  long v = 0;
-  try {
-    v = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || v < lo || v > hi)
-    user_error("launch: {} {}: expected a whole number in [{}, {}]", flag, text, lo, hi);
-  return static_cast<int>(v);
+  const std::optional<int64_t> v = parse_count(text);
+  if (!v || *v < lo || *v > hi) user_error("launch: {} {}: expected a whole number in [{}, {}]", flag, text, lo, hi);
+  return static_cast<int>(*v);
 }
 
 // A port nobody listens on now (bound and released: the store binds it again moments later).

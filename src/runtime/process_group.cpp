@@ -20,6 +20,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "base/bytes.h"
 #include "base/error.h"
 
 namespace bcd {
@@ -36,16 +37,9 @@ std::optional<std::string> env(const char* name) {
 std::optional<int64_t> env_int(const char* name) {
   const auto v = env(name);
   if (!v) return std::nullopt;
-  size_t used = 0;
-  int64_t n = -1;
-  try {
-    n = std::stoll(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v->size() || n < 0)
-    user_error("environment: {}=\"{}\": expected a whole number >= 0", name, *v);
-  return n;
+  const std::optional<int64_t> n = parse_count(*v);
+  if (!n) user_error("environment: {}=\"{}\": expected a whole number >= 0", name, *v);
+  return *n;
 }
 
 int required_int(const char* name, const char* with) {
@@ -128,17 +122,16 @@ struct ProcessGroup::Impl {
 #endif
 };
 
-ProcessGroup::ProcessGroup(int rank, int world_size, uint64_t bucket_bytes, std::unique_ptr<Impl> impl)
-    : rank_(rank), world_size_(world_size), bucket_bytes_(bucket_bytes), impl_(std::move(impl)) {}
+ProcessGroup::ProcessGroup(int rank, int world_size, std::unique_ptr<Impl> impl)
+    : rank_(rank), world_size_(world_size), impl_(std::move(impl)) {}
 
 ProcessGroup::~ProcessGroup() = default;
 
 std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const DistConfig& cfg,
                                                    const torch::Device& device) {
   auto impl = std::make_unique<Impl>();
-  const uint64_t bucket = cfg.bucket_bytes.value;
   if (env.world_size == 1)
-    return std::unique_ptr<ProcessGroup>(new ProcessGroup(0, 1, bucket, std::move(impl)));
+    return std::unique_ptr<ProcessGroup>(new ProcessGroup(0, 1, std::move(impl)));
   // auto: NCCL when the model is on a GPU, Gloo on the CPU.
   const std::string backend = cfg.backend != "auto" ? cfg.backend : device.is_cuda() ? "nccl" : "gloo";
   if (backend == "nccl" && !device.is_cuda())
@@ -207,7 +200,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
     }
   }
 #endif
-  return std::unique_ptr<ProcessGroup>(new ProcessGroup(env.rank, env.world_size, bucket, std::move(impl)));
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(env.rank, env.world_size, std::move(impl)));
 #else
   user_error("WORLD_SIZE={}: this build has no process group (configure with Gloo's headers, libgloo-dev)",
              env.world_size);
@@ -219,38 +212,6 @@ const std::string& ProcessGroup::backend() const { return impl_->backend; }
 void ProcessGroup::fail(const std::string& op, const std::exception& e) const {
   user_error("rank {} of {}: {} failed (a rank stopped or the [dist] timeout passed): {}", rank_, world_size_, op,
              e.what());
-}
-
-void ProcessGroup::all_reduce_sum(const std::vector<torch::Tensor>& tensors) {
-  if (world_size_ == 1) return;
-#ifdef BCD_HAVE_C10D
-  // Each tensor is a contiguous buffer; split it into buckets and keep them all in flight.
-  // Gloo has no bf16 sum: such tensors go through an fp32 copy (exact, then rounded once).
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<std::vector<at::Tensor>> pieces;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> widened;  // (fp32 copy, original)
-  for (const torch::Tensor& given : tensors) {
-    BCD_CHECK(given.is_contiguous(), "all_reduce_sum: non-contiguous tensor");
-    torch::Tensor t = given;
-    if (given.scalar_type() == torch::kBFloat16) {
-      t = given.to(torch::kFloat32);
-      widened.emplace_back(t, given);
-    }
-    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes_) / static_cast<int64_t>(t.element_size()));
-    torch::Tensor flat = t.view({-1});
-    for (int64_t at = 0; at < flat.numel(); at += per) {
-      pieces.push_back({flat.narrow(0, at, std::min(per, flat.numel() - at))});
-      bytes_reduced_ += static_cast<uint64_t>(pieces.back()[0].nbytes());
-    }
-  }
-  try {
-    for (auto& p : pieces) works.push_back(impl_->pg->allreduce(p));
-    for (auto& w : works) w->wait();
-  } catch (const std::exception& e) {
-    fail("all-reduce", e);
-  }
-  for (auto& [wide, original] : widened) original.copy_(wide);
-#endif
 }
 
 uint64_t ProcessGroup::start_all_reduce_sum(const torch::Tensor& t) {
@@ -289,7 +250,7 @@ double ProcessGroup::wait_for(uint64_t ticket) {
 std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {
   if (world_size_ == 1 || values.empty()) return values;
   torch::Tensor t = torch::tensor(values, torch::kFloat64).to(impl_->device);
-  all_reduce_sum(std::vector<torch::Tensor>{t});
+  wait_for(start_all_reduce_sum(t));
   t = t.cpu();
   const double* p = t.data_ptr<double>();
   return std::vector<double>(p, p + values.size());

@@ -50,14 +50,12 @@ class ProcessGroup {
   bool is_root() const { return rank_ == 0; }
   const std::string& backend() const;  // "gloo", "nccl", or "none" for one rank
 
-  // Sums each tensor across ranks, in place; tensors go in pieces of at most `bucket_bytes`, all
-  // in flight at once. UserError naming this rank when a peer is gone or the timeout passes.
-  void all_reduce_sum(const std::vector<torch::Tensor>& tensors);
   // Starts summing one contiguous fp32/fp64 tensor across ranks, in place, and returns its ticket;
   // every rank must start the same collectives in the same order. The tensor must not be touched
   // until wait_for(ticket) (or a later ticket) returns.
   uint64_t start_all_reduce_sum(const torch::Tensor& t);
   // Waits for every collective started up to `ticket`; returns the seconds spent waiting.
+  // UserError naming this rank when a peer is gone or the [dist] timeout passes.
   double wait_for(uint64_t ticket);
   // Sums a few doubles across ranks (losses, counts, flags).
   std::vector<double> sum_over_ranks(std::vector<double> values);
@@ -67,11 +65,10 @@ class ProcessGroup {
 
  private:
   struct Impl;
-  ProcessGroup(int rank, int world_size, uint64_t bucket_bytes, std::unique_ptr<Impl> impl);
+  ProcessGroup(int rank, int world_size, std::unique_ptr<Impl> impl);
   [[noreturn]] void fail(const std::string& op, const std::exception& e) const;
 
   int rank_ = 0, world_size_ = 1;
-  uint64_t bucket_bytes_ = 0;
   uint64_t bytes_reduced_ = 0;
   uint64_t started_ = 0, finished_ = 0;  // tickets
   std::unique_ptr<Impl> impl_;

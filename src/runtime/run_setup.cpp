@@ -28,10 +28,7 @@ using Clock = std::chrono::steady_clock;
 // Threads first, then the device: a device that cannot be used is refused before any data is read.
 // Ranks on one node share its cores: threads = 0 gives each rank its share.
 torch::Device start_compute(const TrainConfig& tc, const DistEnv& env) {
-  int64_t threads = tc.threads;
-  if (threads == 0 && env.local_world_size > 1)
-    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / env.local_world_size);
-  configure_threads(threads);
+  configure_threads(tc.threads, env.local_world_size);
   return resolve_device(tc.device, env.local_rank);
 }
 
@@ -221,8 +218,8 @@ std::vector<std::string> RunSetup::banner() const {
                                 static_cast<int>(units.size()) - on_nvme, on_nvme));
   }
   if (pg->world_size() > 1)
-    lines.push_back(fmt::format("dist: {} ranks (gloo), {} sequences per rank per micro-batch, gradient buckets of "
-                                "{:.0f} MiB", pg->world_size(), tc.batch_size,
+    lines.push_back(fmt::format("dist: {} ranks ({}), {} sequences per rank per micro-batch, gradient buckets of "
+                                "{:.0f} MiB", pg->world_size(), pg->backend(), tc.batch_size,
                                 static_cast<double>(cfg.dist.bucket_bytes.value) / (1 << 20)));
   if (!resume_from.empty())
     lines.push_back(fmt::format("resumed from {} at step {} (read in {:.2f} s)", resume_from, first_step - 1, resume_s));
@@ -267,8 +264,9 @@ void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int lo
   if (mem.compute_bytes.is_auto && !device.is_cuda()) mem.compute_bytes = share("MemTotal");
 }
 
-void configure_threads(int64_t threads) {
-  const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+void configure_threads(int64_t threads, int local_ranks) {
+  const int64_t cores = std::thread::hardware_concurrency();
+  const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, cores / std::max(1, local_ranks));
   torch::set_num_threads(static_cast<int>(n));
 }
 

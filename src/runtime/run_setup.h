@@ -98,7 +98,8 @@ torch::Device resolve_device(const std::string& device, int index = 0);
 // takes the host's MemTotal).
 void apply_device_budget(MemoryConfig& mem, const torch::Device& device);
 
-// Sets torch's intra-op threads (0 = all cores).
-void configure_threads(int64_t threads);
+// Sets torch's intra-op threads (0 = this process's share of the cores: all of them, divided
+// among the ranks running on this machine).
+void configure_threads(int64_t threads, int local_ranks = 1);
 
 }  // namespace bcd

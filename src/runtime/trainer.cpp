@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "base/error.h"
 #include "model/weights.h"
@@ -93,10 +94,8 @@ struct RunAhead {
     below = r.model.frozen_prefix(batch, r.grad_from());
   }
   torch::Tensor take(torch::Tensor& below_out) {
-    below_out = std::move(below);
-    torch::Tensor b = std::move(batch);
-    batch = below = torch::Tensor();
-    return b;
+    below_out = std::exchange(below, {});
+    return std::exchange(batch, {});
   }
   void give_back(RunSetup& r) {
     if (!pending()) return;
