@@ -255,15 +255,59 @@ TEST_P(DataParallelVariants, TwoRanksGiveOneRankWithTwiceTheBatch) {
   EXPECT_GT(last["comm_buckets_in_backward"].get<int>(), 0);
   EXPECT_GT(last["comm_bytes_total"].get<double>(), 0);
   EXPECT_FALSE(m1.back().contains("comm_bytes_total")) << "one rank has no communication";
+  // Sharded, each rank holds half of the block state: the optimizer's count, the compute image
+  // (master/m/v) and the homes (host copies or NVMe objects); replicated, all of it.
+  const bool sharded = std::string(v.extra).find("shard_state=false") == std::string::npos;
+  EXPECT_EQ(last.contains("comm_gather_ms_total"), sharded);
+  const double share = sharded ? 0.5 : 1.0;
+  EXPECT_EQ(last["optim_state_bytes"].get<double>(), share * m1.back()["optim_state_bytes"].get<double>());
+  const auto& mem1 = m1.back()["memory"];
+  const auto& mem2 = last["memory"];
+  for (const char* kind : {"master", "m", "v"})
+    if (mem1["compute"].contains(kind))
+      EXPECT_EQ(mem2["compute"][kind].get<double>(), share * mem1["compute"][kind].get<double>()) << kind;
+  int homes = 0;
+  for (const char* pool : {"host", "nvme"}) {
+    const double b1 = mem1[pool]["total"].get<double>(), b2 = mem2[pool]["total"].get<double>();
+    homes += b1 > 0;
+    EXPECT_NEAR(b2, share * b1, 4096.0 * 16) << pool << " (NVMe objects round up to 4 KiB extents)";
+  }
+  const bool keep = std::string(v.extra).find("keep") != std::string::npos;
+  EXPECT_EQ(homes, bcd && keep ? 1 : 0) << "fp32 BCD with keep: inactive units' moments have a home (host or NVMe)";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, DataParallelVariants,
-    ::testing::Values(Variant{"BcdKeep", "--bcd.enabled=true --bcd.state_on_switch=keep"},
-                      Variant{"BcdResetHalves", "--bcd.state_on_switch=reset --bcd.blocks=attn_mlp --bcd.layers_per_block=1"},
-                      Variant{"BcdKeepNvme", "--bcd.state_on_switch=keep --bcd.order=ascending"},
-                      Variant{"FullAdamW", "--bcd.enabled=false"}),
+    ::testing::Values(
+        Variant{"BcdKeep", "--bcd.enabled=true --bcd.state_on_switch=keep"},
+        Variant{"BcdKeepReplicated", "--bcd.state_on_switch=keep --dist.shard_state=false"},
+        Variant{"BcdResetHalves", "--bcd.state_on_switch=reset --bcd.blocks=attn_mlp --bcd.layers_per_block=1"},
+        Variant{"BcdResetReplicated", "--bcd.state_on_switch=reset --dist.shard_state=false"},
+        Variant{"BcdKeepNvme", "--bcd.state_on_switch=keep --bcd.order=ascending"},
+        Variant{"BcdKeepNvmeReplicated", "--bcd.state_on_switch=keep --dist.shard_state=false"},
+        Variant{"FullAdamW", "--bcd.enabled=false"},
+        Variant{"FullAdamWReplicated", "--bcd.enabled=false --dist.shard_state=false"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Sharding changes who updates which element, not the arithmetic: with bf16 working weights
+// (fp32 masters in the sharded state, bf16 on the wire) the run is bitwise the replicated one.
+TEST_F(DataParallel, ShardedStateIsBitwiseTheReplicatedState) {
+  const std::string extra = " --train.steps=8 --train.dtype=bf16 --bcd.state_on_switch=keep";
+  auto a = test::run_bcdtrain("launch --nproc 2 " + train("shard-on", 4, extra));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = test::run_bcdtrain("launch --nproc 2 " + train("shard-off", 4, extra + " --dist.shard_state=false"));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto ma = read_metrics(path("shard-on") + "/metrics.jsonl"), mb = read_metrics(path("shard-off") + "/metrics.jsonl");
+  ASSERT_EQ(ma.size(), 8u);
+  ASSERT_EQ(mb.size(), 8u);
+  for (size_t i = 0; i < ma.size(); ++i) {
+    EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>()) << "step " << i + 1;
+  }
+  expect_weights_close(path("shard-on") + "/model.h5", path("shard-off") + "/model.h5", 0.0);
+  EXPECT_GT(ma.back()["comm_bytes_total"].get<double>(), mb.back()["comm_bytes_total"].get<double>())
+      << "the sharded run also all-gathers the updated weights";
+}
 
 // The next step's forward below the active unit runs while the gradient is on the wire; the
 // run is bitwise the one without that overlap.

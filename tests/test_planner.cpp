@@ -208,6 +208,31 @@ TEST(Planner, ResetNeedsNoHomeForMoments) {
   EXPECT_EQ(p.pinned.staging, uint64_t{2} * 4 * 202383360);
 }
 
+// Four ranks sharing the block state (dist.shard_state) on one 4 x 24 GiB workstation: each
+// plans a quarter of every unit's master and moments, so what did not fit the host alone (the
+// test above: 25 GiB of masters + 50 GiB of moments) fits it without NVMe.
+TEST(Planner, ShardedStateIsAQuarterPerRankOfFour) {
+  ModelConfig m = llama2_7b();
+  m.activation_checkpointing = true;
+  BcdConfig b;
+  b.enabled = true;
+  const MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 34 * kGiB, {});
+  const MemoryPlan one = plan_memory(m, b, bf16_train(1, 2048), mem);
+  const MemoryPlan four = plan_memory(m, b, bf16_train(1, 2048), mem, 4);
+  EXPECT_FALSE(one.fits);
+  ASSERT_TRUE(four.fits) << four.why_not;
+  EXPECT_EQ(four.shards, 4);
+  EXPECT_EQ(four.nvme.total(), 0u);
+  const int64_t layer = 202383360;  // a multiple of 4: every rank's slice is exactly a quarter
+  for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
+    EXPECT_EQ(four.compute.by_kind[static_cast<int>(k)], static_cast<uint64_t>(layer)) << state_kind_name(k);
+  EXPECT_EQ(four.compute.by_kind[static_cast<int>(StateKind::kGrad)], static_cast<uint64_t>(layer) * 2)
+      << "the gradient stays whole: it is all-reduced";
+  EXPECT_EQ(four.pinned.staging, 2u * 3 * layer);
+  EXPECT_EQ(four.host.total(), static_cast<uint64_t>(four.params) * 3) << "12 bytes/param over 4 ranks";
+  EXPECT_NE(format_plan(four).find("sharded over 4 ranks"), std::string::npos);
+}
+
 TEST(Planner, NvmeNeededWithoutPathsIsRefused) {
   ModelConfig m = llama2_7b();
   m.activation_checkpointing = true;

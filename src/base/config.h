@@ -198,6 +198,7 @@ struct DistConfig {
   int64_t timeout_s = 300;        // a collective or the rendezvous waiting longer fails the run
   Bytes bucket_bytes{25ull << 20, false};  // the active unit's gradient is reduced in pieces of at most this
   bool overlap_forward = true;    // run the next step's forward below the active unit while the gradient is on the wire
+  bool shard_state = true;        // each rank owns 1/N of every unit's master and moments (world size > 1)
 
   template <class V>
   void visit(V& v) {
@@ -206,6 +207,9 @@ struct DistConfig {
     v("bucket_bytes", bucket_bytes, "the active unit's gradient is all-reduced in buckets of at most this many bytes");
     v("overlap_forward", overlap_forward,
       "while the gradient is all-reduced, run the next step's forward through the frozen blocks below the active unit");
+    v("shard_state", shard_state,
+      "with several ranks, each owns a contiguous 1/N slice of every unit's master weights and Adam moments "
+      "(updates it, stages it, checkpoints gather it); false: every rank holds all of it");
   }
 };
 

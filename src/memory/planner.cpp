@@ -191,8 +191,11 @@ uint64_t MemoryPlan::home_bytes(Tier tier, StateKind k) const {
 // ---- Planning ----
 
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
-                       const MemoryConfig& mem) {
+                       const MemoryConfig& mem, int shards) {
   MemoryPlan plan;
+  plan.shards = std::max(shards, 1);
+  // This rank's elements of a unit's (or block's) state: the largest slice (runtime/block_optimizer.h).
+  auto own = [&](int64_t elems) -> uint64_t { return static_cast<uint64_t>((elems + plan.shards - 1) / plan.shards); };
   const std::vector<BlockShape> shapes = block_shapes(model);
   plan.units = unit_shapes(model, bcd);
   plan.params = count_params(model);
@@ -205,7 +208,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   // Per-unit bytes of the kinds that need an off-compute home between visits.
   auto offloaded = [&](int64_t elems) -> uint64_t {
     if (single) return 0;
-    return static_cast<uint64_t>(elems) * 4 * ((separate_master ? 1 : 0) + (keep_moments ? 2 : 0));
+    return own(elems) * 4 * ((separate_master ? 1 : 0) + (keep_moments ? 2 : 0));
   };
 
   // Compute tier: all working weights; room for the largest unit's master/m/v (one flat image)
@@ -213,10 +216,9 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   uint64_t best = 0, max_state = 0, max_grad = 0;
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const UnitShape& u = plan.units[i];
-    const uint64_t s = static_cast<uint64_t>(u.state_elems) * 4 * (separate_master ? 3 : 2) +
-                       static_cast<uint64_t>(u.grad_elems) * w;
+    const uint64_t s = own(u.state_elems) * 4 * (separate_master ? 3 : 2) + static_cast<uint64_t>(u.grad_elems) * w;
     if (i == 0 || s > best) best = s, plan.largest_unit = static_cast<int>(i);
-    max_state = std::max(max_state, static_cast<uint64_t>(u.state_elems) * 4);
+    max_state = std::max(max_state, own(u.state_elems) * 4);
     max_grad = std::max(max_grad, static_cast<uint64_t>(u.grad_elems) * w);
   }
   const UnitShape& big = plan.units[plan.largest_unit];
@@ -257,7 +259,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     else if (mem.home == "auto" && host_used + need > plan.host.budget) home = Tier::kNvme;
     if (need > 0 && home == Tier::kPinned) host_used += need;
     plan.unit_home.push_back(home);
-    const uint64_t st = static_cast<uint64_t>(u.state_elems) * 4;
+    const uint64_t st = own(u.state_elems) * 4;
     TierUsage& t = home == Tier::kPinned ? plan.host : plan.nvme;
     if (!single) {
       if (separate_master) t.by_kind[kind(StateKind::kMaster)] += st;
@@ -279,7 +281,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     bp.params = shapes[b].params;
     bp.numel = shapes[b].numel;
     bp.state[kind(StateKind::kWorking)] = {static_cast<uint64_t>(shapes[b].numel) * w, true, Tier::kCompute};
-    const uint64_t st = static_cast<uint64_t>(trained[b]) * 4;
+    const uint64_t st = own(trained[b]) * 4;
     if (trained[b] > 0) {
       const Tier home = single ? Tier::kCompute : plan.unit_home[block_unit[b]];
       bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(shapes[b].numel) * w, single, Tier::kCompute};
@@ -329,6 +331,9 @@ std::string format_plan(const MemoryPlan& p) {
                     "deepest '{}'\n",
                     static_cast<double>(p.params) / 1e9, p.blocks.size(), p.units.size(), big.name,
                     static_cast<double>(big.state_elems) / 1e6, deep.name);
+  if (p.shards > 1)
+    os << fmt::format("block state sharded over {} ranks: master and moments below are this rank's 1/{}\n", p.shards,
+                      p.shards);
   auto g = [](uint64_t b) { return fmt::format("{:.2f}", static_cast<double>(b) / kGiB); };
   os << fmt::format("\n{:<15}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}   (GiB)\n", "tier", "working",
                     "master", "m", "v", "grad", "activ.", "staging", "total", "budget", "headroom");

@@ -77,6 +77,7 @@ struct MemoryPlan {
   int deepest_unit = 0;       // most activation bytes (the lowest unit: most layers with autograd)
   bool activations_estimated = true;  // false: [memory] activation_bytes was given
   int64_t params = 0;         // real parameters of the model
+  int shards = 1;             // ranks the block state is sharded over
 
   TierUsage compute;          // working weights + the active unit's state + activations
   TierUsage pinned;           // staging pool: (prefetch_depth + 1) units of master + moments
@@ -90,9 +91,11 @@ struct MemoryPlan {
   uint64_t home_bytes(Tier tier, StateKind k) const;
 };
 
-// Plans a run. model.vocab_size must be resolved (> 0); model.hf_config is not read.
+// Plans a run (of one rank). model.vocab_size must be resolved (> 0); model.hf_config is not
+// read. `shards` > 1: the block state is sharded over that many ranks and this rank holds the
+// largest slice of each unit, ceil(S / shards) elements (dist.shard_state).
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
-                       const MemoryConfig& memory);
+                       const MemoryConfig& memory, int shards = 1);
 
 // Activation bytes on the compute tier while unit `u` is active (formula in planner.cpp).
 uint64_t estimate_activation_bytes(const ModelConfig& model, const TrainConfig& train, const UnitShape& u);

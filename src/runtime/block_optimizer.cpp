@@ -12,9 +12,24 @@
 
 namespace bcd {
 
+ShardRange shard_range(int64_t elems, int rank, int ranks) {
+  BCD_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard_range: rank {} of {}", rank, ranks);
+  ShardRange r;
+  r.chunk = (elems + ranks - 1) / ranks;
+  r.begin = std::min<int64_t>(static_cast<int64_t>(rank) * r.chunk, elems);
+  r.len = std::min<int64_t>(r.chunk, elems - r.begin);
+  return r;
+}
+
 BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const OptimConfig& cfg,
                        bool keep_state, StateStorage storage)
-    : model_(model), units_(std::move(units)), cfg_(cfg), keep_state_(keep_state), acct_(storage.accounting) {
+    : model_(model),
+      units_(std::move(units)),
+      cfg_(cfg),
+      keep_state_(keep_state),
+      shard_rank_(storage.shard_rank),
+      shard_count_(storage.shard_count),
+      acct_(storage.accounting) {
   const auto dtype = model.block(0).data().scalar_type();
   BCD_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16, "working dtype must be fp32 or bf16");
   BCD_CHECK(storage.unit_home.empty() || storage.unit_home.size() == units_.size(), "unit_home: {} homes for {} units",
@@ -36,7 +51,15 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
       }
       if (std::find(u.blocks.begin(), u.blocks.end(), p.block) == u.blocks.end()) u.blocks.push_back(p.block);
     }
-    largest = std::max(largest, u.elems);
+    if (u.elems < shard_count_)
+      user_error("config: [dist] shard_state: unit {} has {} state elements, fewer than the {} ranks", tu.name,
+                 u.elems, shard_count_);
+    u.own = shard_range(u.elems, shard_rank_, shard_count_);
+    for (const SegRef& r : u.segs) {  // the owned parts of the segments
+      const int64_t lo = std::max(r.offset, u.own.begin), hi = std::min(r.offset + r.numel, u.own.begin + u.own.len);
+      if (hi > lo) u.owned.push_back({r.block, r.segment, lo - u.own.begin, hi - lo, lo - r.offset});
+    }
+    largest = std::max(largest, u.own.len);
     layout_.push_back(std::move(u));
   }
   steps_.assign(units_.size(), 0);
@@ -57,7 +80,7 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
     staged[i].name = units_[i].name;
     staged[i].home = storage.unit_home.empty() ? Tier::kPinned : storage.unit_home[i];
     if (units_.size() == 1) continue;
-    const uint64_t b = static_cast<uint64_t>(layout_[i].elems) * 4;
+    const uint64_t b = static_cast<uint64_t>(layout_[i].own.len) * 4;
     if (separate_master_) staged[i].kind_bytes[static_cast<int>(StateKind::kMaster)] = b;
     if (keep_state_) {
       staged[i].kind_bytes[static_cast<int>(StateKind::kAdamM)] = b;
@@ -81,12 +104,12 @@ void BlockAdamW::fill_fresh(int unit, bool master) {
   torch::NoGradGuard ng;
   stager_->fence();
   if (master && separate_master_)
-    for (const SegRef& r : u.segs) {
+    for (const SegRef& r : u.owned) {
       const Segment& seg = model_.block(r.block).segments()[r.segment];
-      image_.narrow(0, master_at(u.elems) + r.offset, r.numel)
-          .copy_(model_.block(r.block).data().narrow(0, seg.begin, seg.numel()));
+      image_.narrow(0, master_at(u.own.len) + r.offset, r.numel)
+          .copy_(model_.block(r.block).data().narrow(0, seg.begin + r.in_seg, r.numel));
     }
-  image_.narrow(0, m_at(u.elems), 2 * u.elems).zero_();
+  image_.narrow(0, m_at(u.own.len), 2 * u.own.len).zero_();
 }
 
 void BlockAdamW::activate(int unit) {
@@ -104,7 +127,7 @@ void BlockAdamW::activate(int unit) {
   }
   if (!keep_state_ || !has_moments_[unit]) {  // moments start at zero
     stager_->fence();
-    image_.narrow(0, m_at(layout_[unit].elems), 2 * layout_[unit].elems).zero_();
+    image_.narrow(0, m_at(layout_[unit].own.len), 2 * layout_[unit].own.len).zero_();
     steps_[unit] = 0;
   }
   active_ = unit;
@@ -126,9 +149,11 @@ void BlockAdamW::step(double lr) {
   steps_[active_] += 1;
   stager_->fence();  // the switch's copies: a CPU run waits for them here, after forward/backward
   float* image = image_.data_ptr<float>();
-  for (const SegRef& r : u.segs) {
+  const int64_t len = u.own.len;
+  for (const SegRef& r : u.owned) {
     Block& blk = model_.block(r.block);
     const Segment& seg = blk.segments()[r.segment];
+    const int64_t at = seg.begin + r.in_seg;  // in the block's flat buffers
     BCD_CHECK(blk.grad().defined(), "block {} has no gradient", blk.name());
     AdamWHyper h;
     h.lr = static_cast<float>(lr);
@@ -137,20 +162,20 @@ void BlockAdamW::step(double lr) {
     h.eps = static_cast<float>(cfg_.eps);
     h.weight_decay = seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
     h.step = steps_[active_];
-    float* m = image + m_at(u.elems) + r.offset;
-    float* v = image + v_at(u.elems) + r.offset;
+    float* m = image + m_at(len) + r.offset;
+    float* v = image + v_at(len) + r.offset;
     // bf16 runs: the fp32 master is in the image, the gradient and working copy are bf16 (the
     // update rounds the master into the working copy). fp32 runs: the working weights are the master.
     float* master;
     const void* grad;
     uint16_t* work = nullptr;
     if (separate_master_) {
-      master = image + master_at(u.elems) + r.offset;
-      grad = reinterpret_cast<const uint16_t*>(blk.grad().data_ptr<at::BFloat16>()) + seg.begin;
-      work = reinterpret_cast<uint16_t*>(blk.data().data_ptr<at::BFloat16>()) + seg.begin;
+      master = image + master_at(len) + r.offset;
+      grad = reinterpret_cast<const uint16_t*>(blk.grad().data_ptr<at::BFloat16>()) + at;
+      work = reinterpret_cast<uint16_t*>(blk.data().data_ptr<at::BFloat16>()) + at;
     } else {
-      master = blk.data().data_ptr<float>() + seg.begin;
-      grad = blk.grad().data_ptr<float>() + seg.begin;
+      master = blk.data().data_ptr<float>() + at;
+      grad = blk.grad().data_ptr<float>() + at;
     }
     if (on_cuda_) {
 #ifdef BCD_HAVE_CUDA_KERNELS
@@ -167,8 +192,41 @@ void BlockAdamW::step(double lr) {
   }
 }
 
+torch::Tensor BlockAdamW::owned_weights() const {
+  BCD_CHECK(active_ >= 0, "owned_weights before activate");
+  const UnitLayout& u = layout_[active_];
+  const torch::Tensor& any = model_.block(0).data();
+  torch::Tensor out = torch::zeros({u.own.chunk}, any.options());
+  torch::NoGradGuard ng;
+  for (const SegRef& r : u.owned) {
+    const Block& blk = model_.block(r.block);
+    const int64_t at = blk.segments()[r.segment].begin + r.in_seg;
+    out.narrow(0, r.offset, r.numel).copy_(blk.data().narrow(0, at, r.numel));
+  }
+  return out;
+}
+
+void BlockAdamW::set_gathered_weights(const torch::Tensor& all) {
+  BCD_CHECK(active_ >= 0, "set_gathered_weights before activate");
+  const UnitLayout& u = layout_[active_];
+  BCD_CHECK(all.numel() == u.own.chunk * shard_count_, "set_gathered_weights: {} elements for {} x {}", all.numel(),
+            shard_count_, u.own.chunk);
+  torch::NoGradGuard ng;
+  for (int rank = 0; rank < shard_count_; ++rank) {
+    if (rank == shard_rank_) continue;  // ours is in place
+    const ShardRange sr = shard_range(u.elems, rank, shard_count_);
+    for (const SegRef& r : u.segs) {
+      const int64_t lo = std::max(r.offset, sr.begin), hi = std::min(r.offset + r.numel, sr.begin + sr.len);
+      if (hi <= lo) continue;
+      Block& blk = model_.block(r.block);
+      const int64_t at = blk.segments()[r.segment].begin + (lo - r.offset);
+      blk.data().narrow(0, at, hi - lo).copy_(all.narrow(0, rank * u.own.chunk + (lo - sr.begin), hi - lo));
+    }
+  }
+}
+
 int64_t BlockAdamW::unit_moment_bytes(int unit) const {
-  return has_moments_.at(unit) ? layout_[unit].elems * 8 : 0;
+  return has_moments_.at(unit) ? layout_[unit].own.len * 8 : 0;
 }
 
 int64_t BlockAdamW::moment_bytes() const {
@@ -180,21 +238,27 @@ int64_t BlockAdamW::moment_bytes() const {
 int64_t BlockAdamW::state_bytes() const {
   int64_t n = moment_bytes();
   if (separate_master_)
-    for (const UnitLayout& u : layout_) n += u.elems * 4;
+    for (const UnitLayout& u : layout_) n += u.own.len * 4;
   return n;
+}
+
+int BlockAdamW::unit_regions(int unit) const {
+  if (unit == active_) return separate_master_ ? 3 : 2;
+  const uint64_t moved = moved_bytes(1);
+  return moved > 0 && stager_->has_data(unit) ? static_cast<int>(moved / 4) : 0;
 }
 
 std::vector<float> BlockAdamW::unit_state(int unit, int64_t* steps) {
   const UnitLayout& u = layout_.at(unit);
   *steps = steps_[unit];
   if (unit == active_) {
-    const int64_t n = u.elems * (separate_master_ ? 3 : 2);
+    const int64_t n = u.own.len * (separate_master_ ? 3 : 2);
     stager_->fence();
     const torch::Tensor host = image_.narrow(0, 0, n).to(torch::kCPU).contiguous();
     const float* p = host.data_ptr<float>();
     return std::vector<float>(p, p + n);
   }
-  const uint64_t moved = moved_bytes(u.elems);
+  const uint64_t moved = moved_bytes(u.own.len);
   if (moved == 0 || !stager_->has_data(unit)) return {};
   std::vector<float> out(moved / 4);
   stager_->get(unit, out.data());
@@ -205,7 +269,7 @@ void BlockAdamW::restore_unit_state(int unit, const std::vector<float>& image, i
                                     const std::string& where) {
   const UnitLayout& u = layout_.at(unit);
   if (unit == active_) {
-    const int64_t n = u.elems * (separate_master_ ? 3 : 2);
+    const int64_t n = u.own.len * (separate_master_ ? 3 : 2);
     if (static_cast<int64_t>(image.size()) != n)
       user_error("{}: active unit {} has {} state elements, the model needs {}", where, units_[unit].name,
                  image.size(), n);
@@ -218,7 +282,7 @@ void BlockAdamW::restore_unit_state(int unit, const std::vector<float>& image, i
   }
   BCD_CHECK(active_ < 0, "inactive units are restored before activate()");
   if (image.empty()) return;
-  const uint64_t moved = moved_bytes(u.elems);
+  const uint64_t moved = moved_bytes(u.own.len);
   if (image.size() * 4 != moved)
     user_error("{}: unit {} has {} state elements, the model needs {}", where, units_[unit].name, image.size(),
                moved / 4);
@@ -237,6 +301,7 @@ SegmentState BlockAdamW::view_of(const UnitLayout& u, const SegRef& r, const tor
 }
 
 SegmentState BlockAdamW::segment_state(int block, int segment) {
+  BCD_CHECK(shard_count_ == 1, "segment_state: a sharded optimizer holds slices, not segments");
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     const UnitLayout& u = layout_[ui];
     for (const SegRef& r : u.segs) {

@@ -5,6 +5,12 @@
 //   [master (bf16 runs only) | m | v], each region the unit's segments back to back.
 // The image's prefix that outlives the visit (master and moments with keep; the master alone
 // with reset) is what the stager (memory/stager.h) moves to and from the unit's home tier.
+//
+// Sharded (data parallel, dist.shard_state): rank r of N owns the contiguous slice
+// shard_range(S, r, N) of each unit's S elements (its segments back to back), and its image,
+// homes and checkpoint state hold that slice only. step() updates the owned slice from the
+// (all-reduced) gradient; the ranks then exchange the updated working weights
+// (owned_weights() -> all-gather -> set_gathered_weights()).
 #pragma once
 
 #include <torch/torch.h>
@@ -29,11 +35,19 @@ struct SegmentState {
   int64_t step = 0;      // updates applied with these moments (bias correction)
 };
 
+// The slice of a unit's S state elements that rank `rank` of `ranks` owns: ceil(S / ranks)
+// elements from rank * ceil(S / ranks) (the last ranks' slices are shorter).
+struct ShardRange {
+  int64_t begin = 0, len = 0, chunk = 0;  // chunk: ceil(S / ranks), what every rank sends
+};
+ShardRange shard_range(int64_t elems, int rank, int ranks);
+
 // Where inactive state lives. The default: resident host copies, no budgets.
 struct StateStorage {
   MemoryAccounting* accounting = nullptr;  // charged for compute state, homes and slabs
   std::vector<Tier> unit_home;             // per unit: Tier::kPinned (host) or Tier::kNvme; empty = host
   StagerOptions stager;
+  int shard_rank = 0, shard_count = 1;     // this rank owns 1/shard_count of every unit's state
 };
 
 class BlockAdamW {
@@ -56,7 +70,17 @@ class BlockAdamW {
 
   // One fused AdamW update of the active unit from its gradient buffers; with bf16 working
   // weights the updated master is written back into the working buffer in the same pass.
+  // Sharded: of the owned slice only (the other ranks' slices of the working weights are stale
+  // until set_gathered_weights()).
   void step(double lr);
+
+  // Sharded runs, after step(): this rank's slice of the active unit's working weights, padded
+  // to the shard chunk ({chunk}, working dtype, on the weights' device), and the inverse of an
+  // all-gather of every rank's: {shard_count * chunk} into the active unit's working weights.
+  int shard_count() const { return shard_count_; }
+  int shard_rank() const { return shard_rank_; }
+  torch::Tensor owned_weights() const;
+  void set_gathered_weights(const torch::Tensor& all);
 
   // Bytes of optimizer state held now, wherever it lives: moments (+ fp32 masters when they are
   // separate copies of the working weights).
@@ -72,9 +96,13 @@ class BlockAdamW {
   // A unit's state as a checkpoint keeps it: the whole compute image ([master] m v) of the
   // active unit; for an inactive one what its home holds (master and/or moments: whatever
   // outlives a visit), empty when nothing does yet. `steps`: updates applied with its moments.
+  // Sharded: of the owned slice, unit_regions(unit) regions of shard(unit).len elements each.
   std::vector<float> unit_state(int unit, int64_t* steps);
-  // Restores unit_state()'s output. Inactive units first, before activate(); the active unit
-  // right after activate(unit). UserError when the image has the wrong size for the unit.
+  int unit_regions(int unit) const;  // regions unit_state(unit) returns now (0: none)
+  ShardRange shard(int unit) const { return layout_.at(unit).own; }
+  // Restores unit_state()'s output (of this rank's slice). Inactive units first, before
+  // activate(); the active unit right after activate(unit). UserError when the image has the
+  // wrong size for the unit.
   void restore_unit_state(int unit, const std::vector<float>& image, int64_t steps, const std::string& where);
   int64_t unit_elems(int unit) const { return layout_.at(unit).elems; }
 
@@ -86,11 +114,14 @@ class BlockAdamW {
  private:
   struct SegRef {
     int block, segment;
-    int64_t offset, numel;  // in the unit's regions (elements)
+    int64_t offset, numel;  // in the unit's S elements
+    int64_t in_seg = 0;     // owned pieces: first element within the segment
   };
   struct UnitLayout {
     std::vector<SegRef> segs;
-    int64_t elems = 0;      // S: master, m and v each hold S elements
+    std::vector<SegRef> owned;  // the parts of segs in `own`, offsets relative to own.begin
+    int64_t elems = 0;      // S: the unit's state elements (master, m and v each)
+    ShardRange own;         // what this rank holds: its image regions have own.len elements
     std::vector<int> blocks;  // storage blocks whose gradient buffers the unit needs
   };
   // Element offsets of the image's regions for a unit of S elements.
@@ -109,6 +140,7 @@ class BlockAdamW {
   bool keep_state_;
   bool separate_master_;
   bool on_cuda_ = false;             // working weights and the compute image in CUDA memory
+  int shard_rank_ = 0, shard_count_ = 1;
   int active_ = -1;
   std::vector<int64_t> steps_;       // per unit: updates applied with its moments
   std::vector<bool> has_moments_;    // per unit

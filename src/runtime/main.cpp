@@ -271,8 +271,12 @@ int run(int argc, char** argv) {
     const torch::Device device = cfg.train.device != "cpu" ? resolve_device("auto") : torch::Device(torch::kCPU);
     if (device.is_cuda()) apply_device_budget(cfg.memory, device);
     share_machine_memory(cfg.memory, device, plan_ranks);  // each of the ranks on this machine
-    const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory);
-    if (plan_ranks > 1) fmt::print("per rank, {} ranks on this machine (replicated state: each rank holds all of it)\n", plan_ranks);
+    const int shards = plan_ranks > 1 && cfg.dist.shard_state && cfg.optim.impl == "fused" ? plan_ranks : 1;
+    const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory, shards);
+    if (plan_ranks > 1)
+      fmt::print("per rank, {} ranks on this machine ({})\n", plan_ranks,
+                 shards > 1 ? "block state sharded: each rank holds 1/" + std::to_string(shards)
+                            : "dist.shard_state = false: each rank holds all the block state");
     fmt::print("{}", format_plan(p));
     if (!p.fits) user_error("plan does not fit: {}", p.why_not);
   } else if (prepare->parsed()) {

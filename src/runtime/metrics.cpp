@@ -82,14 +82,16 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
   }
   if (run.reducer) {  // data parallel: the gradient's trip over the ranks
     const GradReducer::Stats& c = run.reducer->stats();
-    rec["comm_bytes_total"] = run.pg->bytes_reduced();
-    rec["comm_exposed_ms"] = 1e3 * (c.exposed_s_total - logged_exposed_s_);
-    rec["comm_exposed_ms_total"] = 1e3 * c.exposed_s_total;
+    const double exposed_s = c.exposed_s_total + run.gather_s;  // sharded: the weights' all-gather too
+    rec["comm_bytes_total"] = run.pg->bytes_reduced() + run.pg->bytes_gathered();
+    rec["comm_exposed_ms"] = 1e3 * (exposed_s - logged_exposed_s_);
+    rec["comm_exposed_ms_total"] = 1e3 * exposed_s;
+    if (run.shards() > 1) rec["comm_gather_ms_total"] = 1e3 * run.gather_s;
     rec["comm_buckets"] = c.buckets;
     rec["comm_buckets_in_backward"] = c.started_in_backward;
     rec["comm_bucket_rebuilds"] = c.rebuilds;
     rec["comm_forward_ahead_total"] = run.steps_run_ahead;
-    logged_exposed_s_ = c.exposed_s_total;
+    logged_exposed_s_ = exposed_s;
   }
   const MemoryAccounting& acct = run.acct;
   rec["memory_peak_bytes"] = {{"compute", acct.usage(Pool::kCompute).total_peak},

@@ -208,6 +208,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
 }
 
 const std::string& ProcessGroup::backend() const { return impl_->backend; }
+const torch::Device& ProcessGroup::device() const { return impl_->device; }
 
 void ProcessGroup::fail(const std::string& op, const std::exception& e) const {
   user_error("rank {} of {}: {} failed (a rank stopped or the [dist] timeout passed): {}", rank_, world_size_, op,
@@ -245,6 +246,57 @@ double ProcessGroup::wait_for(uint64_t ticket) {
   }
 #endif
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+namespace {
+// `out` as world_size views of in.numel() elements: the list form every backend takes.
+std::vector<at::Tensor> rank_views(const torch::Tensor& in, const torch::Tensor& out, int world_size) {
+  BCD_CHECK(in.is_contiguous() && out.is_contiguous() && out.scalar_type() == in.scalar_type() &&
+                out.numel() == in.numel() * world_size && out.device() == in.device(),
+            "gather: expected out of {} x {} elements of the input's dtype and device", world_size, in.numel());
+  std::vector<at::Tensor> views;
+  for (int r = 0; r < world_size; ++r) views.push_back(out.narrow(0, r * in.numel(), in.numel()));
+  return views;
+}
+}  // namespace
+
+void ProcessGroup::all_gather(const torch::Tensor& in, const torch::Tensor& out) {
+  if (world_size_ == 1) {
+    rank_views(in, out, 1);  // the same checks
+    out.copy_(in);
+    return;
+  }
+#ifdef BCD_HAVE_C10D
+  wait_for(started_);  // collectives complete in the order they were started
+  std::vector<std::vector<at::Tensor>> outs{rank_views(in, out, world_size_)};
+  std::vector<at::Tensor> ins{in};
+  try {
+    impl_->pg->allgather(outs, ins)->wait();
+  } catch (const std::exception& e) {
+    fail("all-gather", e);
+  }
+  bytes_gathered_ += static_cast<uint64_t>(in.nbytes()) * static_cast<uint64_t>(world_size_ - 1);
+#endif
+}
+
+void ProcessGroup::gather_to_root(const torch::Tensor& in, const torch::Tensor& out) {
+  if (world_size_ == 1) {
+    all_gather(in, out);
+    return;
+  }
+#ifdef BCD_HAVE_C10D
+  wait_for(started_);
+  std::vector<std::vector<at::Tensor>> outs;
+  if (is_root()) outs.push_back(rank_views(in, out, world_size_));
+  std::vector<at::Tensor> ins{in};
+  try {
+    c10d::GatherOptions opts;
+    opts.rootRank = 0;
+    impl_->pg->gather(outs, ins, opts)->wait();
+  } catch (const std::exception& e) {
+    fail("gather", e);
+  }
+#endif
 }
 
 std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {

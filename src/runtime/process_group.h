@@ -49,6 +49,7 @@ class ProcessGroup {
   int world_size() const { return world_size_; }
   bool is_root() const { return rank_ == 0; }
   const std::string& backend() const;  // "gloo", "nccl", or "none" for one rank
+  const torch::Device& device() const;  // where collectives' tensors live (CUDA for NCCL)
 
   // Starts summing one contiguous fp32/fp64 tensor across ranks, in place, and returns its ticket;
   // every rank must start the same collectives in the same order. The tensor must not be touched
@@ -57,11 +58,17 @@ class ProcessGroup {
   // Waits for every collective started up to `ticket`; returns the seconds spent waiting.
   // UserError naming this rank when a peer is gone or the [dist] timeout passes.
   double wait_for(uint64_t ticket);
+  // Every rank's `in` (contiguous, the same numel and dtype everywhere), rank after rank, into
+  // `out` (world_size x in.numel(), same dtype and device); waits for it.
+  void all_gather(const torch::Tensor& in, const torch::Tensor& out);
+  // The same into rank 0's `out` only (others pass an undefined tensor): checkpoints.
+  void gather_to_root(const torch::Tensor& in, const torch::Tensor& out);
   // Sums a few doubles across ranks (losses, counts, flags).
   std::vector<double> sum_over_ranks(std::vector<double> values);
   void barrier();
 
   uint64_t bytes_reduced() const { return bytes_reduced_; }  // payload bytes this rank all-reduced
+  uint64_t bytes_gathered() const { return bytes_gathered_; }  // bytes this rank received by all_gather
 
  private:
   struct Impl;
@@ -69,7 +76,7 @@ class ProcessGroup {
   [[noreturn]] void fail(const std::string& op, const std::exception& e) const;
 
   int rank_ = 0, world_size_ = 1;
-  uint64_t bytes_reduced_ = 0;
+  uint64_t bytes_reduced_ = 0, bytes_gathered_ = 0;
   uint64_t started_ = 0, finished_ = 0;  // tickets
   std::unique_ptr<Impl> impl_;
 };

@@ -39,7 +39,7 @@ TokenDataset open_dataset(const DataConfig& data) {
 
 // The model's shape (from HF config.json, an init_from file or [model]) checked against the data,
 // then the memory plan, refused when it does not fit; `acct` takes the plan's budgets.
-MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, int local_ranks,
+MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, int local_ranks, int shards,
                     MemoryAccounting& acct) {
   const TrainConfig& tc = cfg.train;
   // Validation needs at least one window; checked up front so the run does not fail at the end.
@@ -56,7 +56,7 @@ MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& de
   apply_device_budget(cfg.memory, device);  // compute_bytes = auto: the GPU's memory on CUDA
   MemoryConfig mem = cfg.memory;             // the config keeps "auto": a resume may have other ranks
   share_machine_memory(mem, device, local_ranks);
-  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, mem);
+  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, mem, shards);
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
   acct.set_budget(Pool::kCompute, plan.compute.budget);
   acct.set_budget(Pool::kPinned, plan.pinned.budget);
@@ -102,7 +102,7 @@ RunSetup::RunSetup(Config config, std::string resume)
       tok(Tokenizer::load(ds.tokenizer_path())),
       train_loader(ds, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
-      plan(plan_run(cfg, ds, device, dist_env.local_world_size, acct)),
+      plan(plan_run(cfg, ds, device, dist_env.local_world_size, shards(), acct)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
       model(cfg.model, working_options(cfg.train, device)),
       working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model)),
@@ -139,7 +139,9 @@ void RunSetup::make_optimizer() {
     storage.unit_home = plan.unit_home;
     storage.stager.prefetch_depth = static_cast<int>(cfg.memory.prefetch_depth);
     storage.stager.nvme_paths = cfg.memory.nvme_paths;
-    if (pg->world_size() > 1)  // every rank stages its own copy: a directory of its own on each path
+    storage.shard_rank = shards() > 1 ? pg->rank() : 0;
+    storage.shard_count = shards();
+    if (pg->world_size() > 1)  // every rank stages its own state: a directory of its own on each path
       for (std::string& path : storage.stager.nvme_paths) {
         path += "/rank" + std::to_string(pg->rank());
         std::error_code ec;
@@ -175,9 +177,22 @@ bool RunSetup::can_run_ahead(int64_t step) const {
          sched.step_in_visit() + 1 < static_cast<uint64_t>(sched.switch_every());
 }
 
+int RunSetup::shards() const {
+  return cfg.dist.shard_state && cfg.optim.impl == "fused" ? pg->world_size() : 1;
+}
+
 void RunSetup::update(double lr) {
-  if (torch_opt) torch_opt->step(lr);
-  else block_opt->step(lr);
+  if (torch_opt) return torch_opt->step(lr);
+  block_opt->step(lr);
+  if (block_opt->shard_count() == 1) return;
+  const auto t0 = Clock::now();
+  const torch::Tensor mine = block_opt->owned_weights();
+  const torch::Tensor all = torch::empty({mine.numel() * pg->world_size()}, mine.options());
+  // bf16 travels as fp16 bit patterns (a gather copies bytes; every backend carries fp16).
+  const auto wire = [](const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t; };
+  pg->all_gather(wire(mine), wire(all));
+  block_opt->set_gathered_weights(all);
+  gather_s += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 int64_t RunSetup::tokens_per_step() const {
@@ -219,8 +234,11 @@ std::vector<std::string> RunSetup::banner() const {
   }
   if (pg->world_size() > 1)
     lines.push_back(fmt::format("dist: {} ranks ({}), {} sequences per rank per micro-batch, gradient buckets of "
-                                "{:.0f} MiB", pg->world_size(), pg->backend(), tc.batch_size,
-                                static_cast<double>(cfg.dist.bucket_bytes.value) / (1 << 20)));
+                                "{:.0f} MiB, {}",
+                                pg->world_size(), pg->backend(), tc.batch_size,
+                                static_cast<double>(cfg.dist.bucket_bytes.value) / (1 << 20),
+                                shards() > 1 ? fmt::format("block state sharded (each rank owns 1/{})", shards())
+                                             : std::string("block state replicated on every rank")));
   if (!resume_from.empty())
     lines.push_back(fmt::format("resumed from {} at step {} (read in {:.2f} s)", resume_from, first_step - 1, resume_s));
   return lines;

@@ -49,7 +49,11 @@ class RunSetup {
   // on the wire: more than one rank, dist.overlap_forward, a unit above the embedding, and the
   // next step trains the same unit.
   bool can_run_ahead(int64_t step) const;
-  void update(double lr);  // AdamW on the active unit (or on everything)
+  // AdamW on the active unit (or on everything); sharded, of this rank's slice, after which the
+  // ranks all-gather the updated working weights.
+  void update(double lr);
+  // Ranks the block state is sharded over: the world size with dist.shard_state, else 1.
+  int shards() const;
   int64_t tokens_per_step() const;  // over all ranks
   bool can_checkpoint() const { return block_opt != nullptr; }  // the fused optimizer only
   bool is_root() const { return pg->is_root(); }  // rank 0 writes the run directory
@@ -80,6 +84,7 @@ class RunSetup {
   int64_t first_step = 1;        // > 1 when resumed
   double resume_s = 0;           // time to read the checkpoint
   int64_t steps_run_ahead = 0;   // steps whose frozen forward ran while the last gradient was on the wire
+  double gather_s = 0;           // sharded: time in all-gathers of the updated weights
 
  private:
   void make_optimizer();

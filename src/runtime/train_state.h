@@ -5,8 +5,10 @@
 //   /scheduler          epoch, position, step_in_visit, active (the unit being visited)
 //   /rank<r>/loader     epoch, cursor (the data position of rank r)
 //   /rank<r>/optimizer/<unit>/image, steps   the unit's [master] m v as its home holds them
-// What one rank owns lives under /rank<r> (rank_group), so data-parallel runs add their shards
-// there; today there is one rank.
+// Data parallel: the ranks' weights and data position are the same (the loader's is global), so
+// rank 0 writes. A sharded optimizer state is gathered to rank 0 unit by unit and stored whole
+// under /rank0: a checkpoint does not depend on the world size, and a resume on any number of
+// ranks takes each rank's slice from it (/rank<r> stays free for state that differs by rank).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,8 @@ std::string rank_group(int rank);
 
 // Writes <run_dir>/checkpoints/step-<step>.h5 (atomically) after `step`, then applies
 // train.keep_checkpoints; returns the path. The active unit must be the schedule's current one
-// (a switch that is due happens before: the next step would start with it).
+// (a switch that is due happens before: the next step would start with it). Every rank calls
+// it (sharded state is gathered); rank 0 writes, the others return "".
 std::string save_checkpoint(RunSetup& run, int64_t step);
 
 // Restores a checkpoint into a freshly set-up run; returns the step it was written after.

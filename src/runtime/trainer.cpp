@@ -171,8 +171,8 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
       const auto tc0 = Clock::now();
       ahead.give_back(run);  // the checkpoint records the loader before the next step's batch
       if (switch_due) run.switch_unit(), switch_due = false;   // the next step would start with it
+      const std::string path = save_checkpoint(run, step);  // every rank: sharded state is gathered
       if (run.is_root()) {
-        const std::string path = save_checkpoint(run, step);
         const double ckpt_s = seconds_since(tc0);
         log->checkpoint_s += ckpt_s;
         say(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
