@@ -13,7 +13,7 @@ usage() {
   echo "        convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens" >&2
   echo "        io            fio vs bcdtrain iobench (io_uring and thread engines)" >&2
   echo "        staging       BCD step time with master + moments on NVMe vs in host memory" >&2
-  echo "        comm          bytes all-reduced per step, BCD vs data-parallel AdamW (2 ranks)" >&2
+  echo "        comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)" >&2
   echo "        dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency" >&2
   echo "        memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)" >&2
   exit 2

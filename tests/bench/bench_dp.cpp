@@ -1,11 +1,11 @@
 // Data-parallel benchmarks over real ranks (`bcdtrain launch`, Gloo over loopback).
 //
-//   bench_dp comm   Bytes each rank all-reduces per step, BCD vs plain data-parallel AdamW, on the
-//                   same model and ranks, from the process group's own counter
-//                   (metrics.jsonl comm_bytes_total). The runs cover whole block-epochs, so BCD's
-//                   share is exactly its mean unit size over the model: ratio = BCD / AdamW,
-//                   goal ~ 1/D for D blocks of equal size. On the wire a ring all-reduce moves
-//                   2 (N-1)/N times the payload per rank; both are reported.
+//   bench_dp comm   Bytes each rank moves per step, BCD vs plain data-parallel AdamW, on the
+//                   same model and ranks (both with the default sharded state), from the process
+//                   group's own counters (metrics.jsonl comm_bytes_total: the gradient it
+//                   all-reduced plus the updated weights it received by all-gather). The runs
+//                   cover whole block-epochs, so BCD's share is exactly its mean unit size over
+//                   the model: ratio = BCD / AdamW, goal ~ 1/D for D blocks of equal size.
 //   bench_dp dp     Scaling efficiency: 2 ranks x 1 thread vs 1 rank x 1 thread on the same
 //                   per-rank batch (so the 2-rank run does twice the work per step). Per round
 //                   both sides run back to back (alternating which goes first);
@@ -112,8 +112,7 @@ int main(int argc, char** argv) {
         const auto m = metrics(dir);
         per_step[side] = m.back()["comm_bytes_total"].get<double>() / steps;
         out[side + "_bytes_per_step"] = per_step[side];
-        out[side + "_wire_bytes_per_step"] = per_step[side] * 2.0 * (ranks - 1) / ranks;
-        fmt::print("{}: {:.0f} bytes all-reduced per rank per step\n", side, per_step[side]);
+        fmt::print("{}: {:.0f} bytes all-reduced + all-gathered per rank per step\n", side, per_step[side]);
       }
       out["ratio"] = per_step["bcd"] / per_step["adamw"];
       out["one_over_d"] = 1.0 / d;
