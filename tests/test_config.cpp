@@ -78,6 +78,36 @@ TEST(Config, ErrorsNameTheSourceAndKey) {
   EXPECT_NE(e.find("expected --section.key=value"), std::string::npos) << e;
 }
 
+// Every float key of the config, through its own visitor.
+struct FloatKeys {
+  std::vector<std::string> keys;
+  std::string section;
+  void operator()(const char* key, double&, const char*) { keys.push_back(section + "." + key); }
+  template <class T>
+  void operator()(const char*, T&, const char*) {}
+  template <class S>
+  void operator()(const char* name, S& s) {
+    section = name;
+    s.visit(*this);
+  }
+};
+
+// TOML's nan and inf are refused by name for every float key (a range check like `x < 0` would
+// let NaN through).
+TEST(Config, EveryFloatKeyRefusesNanAndInfinity) {
+  FloatKeys v;
+  Config c;
+  c.visit_sections(v);
+  ASSERT_GE(v.keys.size(), 10u) << "lr, grad_clip, betas, eps, init_std, sampling...";
+  for (const std::string& k : v.keys)
+    for (const char* value : {"nan", "inf", "-inf", "+nan"}) {
+      const std::string e = error_of([&] { load_config("", {"--" + k + "=" + value}); });
+      const std::string section = k.substr(0, k.find('.')), key = k.substr(k.find('.') + 1);
+      EXPECT_NE(e.find("[" + section + "] " + key + ": expected a finite number"), std::string::npos)
+          << k << "=" << value << ": " << e;
+    }
+}
+
 TEST(Config, ValidationNamesTheKey) {
   std::string e = error_of([] { load_config("", {"--model.n_heads=4", "--model.n_kv_heads=3"}); });
   EXPECT_NE(e.find("n_kv_heads"), std::string::npos) << e;

@@ -3,6 +3,7 @@
 
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -49,6 +50,8 @@ struct FieldReader {
     if (auto v = n->as_floating_point()) f = v->get();
     else if (auto i = n->as_integer()) f = static_cast<double>(i->get());
     else bad(key, *n, "a number");
+    // TOML has nan and inf; no key takes them (and range checks like `x < 0` let NaN through).
+    if (!std::isfinite(f)) user_error("{}: [{}] {}: expected a finite number, got {}", source, section, key, f);
   }
   void operator()(const char* key, bool& f, const char*) {
     known.insert(key);
