@@ -9,6 +9,7 @@ if [[ $# -eq 0 ]]; then
   if [[ ! -f data/fortunes/tokens.h5 ]]; then
     build/bcdtrain prepare --input /usr/share/games/fortunes --out data/fortunes --vocab-size 2048
   fi
-  exec build/bcdtrain train --config configs/tiny.toml
+  # The demo starts afresh each time: an earlier demo's checkpoints (from ^C) are replaced.
+  exec build/bcdtrain train --config configs/tiny.toml --overwrite
 fi
 exec build/bcdtrain train "$@"

@@ -207,6 +207,58 @@ TEST_F(Checkpoints, SigkillDuringAWriteLeavesThePreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(path("sigkill-resumed") + "/checkpoints"));
 }
 
+// Two runs on one run directory would tear metrics.jsonl and mix checkpoints: the second is
+// refused, naming the first one's PID; once the first is gone the directory is free again.
+TEST_F(Checkpoints, ASecondRunOnTheSameDirectoryIsRefused) {
+  const std::string run = path("locked");
+  Background bg(args(run, " --train.steps=100000"), path("locked.log"));
+  for (int i = 0; i < 1500 && !fs::exists(run + "/metrics.jsonl"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto second = test::run_bcdtrain(args(run, " --train.steps=2 --overwrite"));
+  auto resumed = test::run_bcdtrain("train --quiet --resume " + run);
+  ASSERT_EQ(kill(bg.pid, SIGINT), 0);
+  EXPECT_EQ(bg.wait(), 128 + SIGINT) << test::read_text(path("locked.log"));
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  EXPECT_NE(second.output.find(run + ": the run directory is in use by another bcdtrain process (pid " +
+                               std::to_string(bg.pid) + ")"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(resumed.exit_code, 2) << "not even to resume it: " << resumed.output;
+  const auto first = read_metrics(run + "/metrics.jsonl");
+  ASSERT_FALSE(first.empty());
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i]["step"].get<int>(), static_cast<int>(i + 1));
+  // the lock died with its holder: the stopped run resumes
+  auto after = test::run_bcdtrain("train --quiet --resume " + run + " --train.steps=" + std::to_string(first.size() + 1));
+  EXPECT_EQ(after.exit_code, 0) << after.output;
+}
+
+// A fresh run into a directory holding an earlier run's checkpoints would lose its own to the
+// retention rule (theirs have higher steps) and --resume would continue the old run: refused,
+// unless --overwrite, which deletes the old checkpoints first.
+TEST_F(Checkpoints, AFreshRunDoesNotMixWithAnEarlierRunsCheckpoints) {
+  const std::string run = path("fresh");
+  auto old = test::run_bcdtrain(args(run, " --train.steps=6 --train.checkpoint_every=3"));
+  ASSERT_EQ(old.exit_code, 0) << old.output;
+  ASSERT_EQ(list_checkpoints(run + "/checkpoints").size(), 2u);
+  const std::string metrics_before = test::read_text(run + "/metrics.jsonl");
+  auto refused = test::run_bcdtrain(args(run, " --train.steps=2 --train.checkpoint_every=2"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find(run + ": holds 2 checkpoint(s) of an earlier run (newest step-00000006.h5); "
+                                      "continue it with `bcdtrain train --resume " + run + "`"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(test::read_text(run + "/metrics.jsonl"), metrics_before) << "the refused run touched nothing";
+  EXPECT_EQ(list_checkpoints(run + "/checkpoints").size(), 2u);
+  auto both = test::run_bcdtrain("train --quiet --resume " + run + " --overwrite");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  auto fresh = test::run_bcdtrain(args(run, " --train.steps=2 --train.checkpoint_every=2 --overwrite"));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  const auto c = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(fs::path(c[0]).filename(), "step-00000002.h5");
+  EXPECT_EQ(read_metrics(run + "/metrics.jsonl").size(), 2u);
+}
+
 TEST_F(Checkpoints, KeepsTheNewestN) {
   const std::string run = path("keep");
   auto r = test::run_bcdtrain(args(run, " --train.steps=7 --train.checkpoint_every=1 --train.keep_checkpoints=2"));
@@ -235,6 +287,19 @@ TEST_F(Checkpoints, CorruptOrTruncatedCheckpointIsAClearError) {
   auto f = test::run_bcdtrain("train --quiet --resume " + path("flipped.h5") + " --train.run_dir=" + path("f-run"));
   EXPECT_EQ(f.exit_code, 2) << f.output;
   EXPECT_NE(f.output.find("flipped.h5"), std::string::npos) << f.output;
+  // a flipped bit in the stored config (the learning rate): caught by the attributes' checksum,
+  // not trained on
+  const size_t lr = text.find("\nlr = ");
+  ASSERT_NE(lr, std::string::npos) << "the config is stored as TOML text";
+  std::string meta = text;
+  meta[lr + 6] ^= 0x01;  // one digit of the value: 0.002 -> 1.002
+  test::write_text(path("meta.h5"), meta);
+  auto m = test::run_bcdtrain("train --quiet --resume " + path("meta.h5") + " --train.run_dir=" + path("m-run"));
+  EXPECT_EQ(m.exit_code, 2) << m.output;
+  EXPECT_NE(m.output.find("meta.h5: the checkpoint's attributes (config, step counts, scheduler and data positions) "
+                          "fail their checksum"),
+            std::string::npos)
+      << m.output;
   // a weights file is not a checkpoint
   auto w = test::run_bcdtrain("train --quiet --resume " + run + "/model.h5");
   EXPECT_EQ(w.exit_code, 2) << w.output;

@@ -226,11 +226,19 @@ TEST(Weights, ReaderAcceptsCheckpointsAndKeepsExtraAttributes) {
   save_weights(*src, path, config_to_toml(c), {{"hf_dtype", "fp16"}});
   EXPECT_EQ(read_weights_attr(path, "hf_dtype"), "fp16");
   EXPECT_EQ(read_weights_attr(path, "absent"), "");
+  // An edited file fails the attributes' checksum; without one (a file from before checksums)
+  // its format is what counts.
   {
     H5::H5File f(path, H5F_ACC_RDWR);
     f.removeAttr("format");
     H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
     f.createAttribute("format", t, H5::DataSpace(H5S_SCALAR)).write(t, std::string("bcdtrain-checkpoint"));
+  }
+  LlamaModel edited(cfg);
+  expect_has(error_of([&] { load_weights(edited, path); }), {path, "fail their checksum"});
+  {
+    H5::H5File f(path, H5F_ACC_RDWR);
+    f.removeAttr("attributes_xxh3");
   }
   LlamaModel dst(cfg);
   EXPECT_NO_THROW(load_weights(dst, path));

@@ -3,11 +3,20 @@
 
 #include <H5Cpp.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <cerrno>
+
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "base/error.h"
 
@@ -23,8 +32,9 @@ void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0) user_error("{}: cannot open to fsync", path);
   const int rc = ::fsync(fd);
+  const int err = errno;
   ::close(fd);
-  if (rc != 0) user_error("{}: fsync failed", path);
+  if (rc != 0) user_error("{}: fsync failed ({})", path, std::strerror(err));
 }
 
 // The parent groups of an object path, created as needed.
@@ -41,6 +51,96 @@ H5::Group ensure_group(H5::H5File& f, const std::string& path) {
   return f.openGroup(path.empty() ? "/" : path);
 }
 
+// ---- The attributes' checksum ----
+// HDF5 checksums datasets (Fletcher-32) but not attributes, where the config, step counts and
+// scheduler and loader state live. The writer hashes every attribute it wrote, sorted by
+// (object, name), into the root attribute kDigest; the reader walks the file's attributes and
+// hashes them the same way on open.
+constexpr const char* kDigest = "attributes_xxh3";
+
+using AttrMap = std::map<std::pair<std::string, std::string>, std::string>;  // (object, name) -> typed bytes
+
+std::string int_bytes(int64_t v) {
+  std::string b(1 + sizeof v, 'i');
+  std::memcpy(&b[1], &v, sizeof v);
+  return b;
+}
+std::string str_bytes(const std::string& v) { return "s" + v; }
+
+int64_t digest_of(const AttrMap& attrs) {
+  std::string all;
+  for (const auto& [key, value] : attrs)
+    for (const std::string* part : {&key.first, &key.second, &value}) {
+      const uint64_t n = part->size();
+      all.append(reinterpret_cast<const char*>(&n), sizeof n);
+      all += *part;
+    }
+  const XXH64_hash_t h = XXH3_64bits(all.data(), all.size());
+  int64_t out;
+  std::memcpy(&out, &h, sizeof out);
+  return out;
+}
+
+struct AttrWalk {
+  AttrMap attrs;
+  std::string object;  // being walked: "/" or "/a/b"
+};
+
+herr_t visit_attr(hid_t loc, const char* name, const H5A_info_t*, void* data) {
+  auto* w = static_cast<AttrWalk*>(data);
+  if (w->object == "/" && std::strcmp(name, kDigest) == 0) return 0;
+  const hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+  if (a < 0) return -1;
+  const hid_t type = H5Aget_type(a);
+  herr_t rc = 0;
+  std::string& out = w->attrs[{w->object, name}];
+  if (H5Tget_class(type) == H5T_INTEGER) {
+    int64_t v = 0;
+    rc = H5Aread(a, H5T_NATIVE_INT64, &v);
+    out = int_bytes(v);
+  } else if (H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0) {
+    char* v = nullptr;
+    const hid_t mem = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mem, H5T_VARIABLE);
+    rc = H5Aread(a, mem, &v);
+    out = str_bytes(v ? v : "");
+    if (v) H5free_memory(v);
+    H5Tclose(mem);
+  } else {
+    out = "?";  // a kind this format never writes: the digest cannot match
+  }
+  H5Tclose(type);
+  H5Aclose(a);
+  return rc < 0 ? -1 : 0;
+}
+
+template <class Info>
+herr_t visit_object(hid_t root, const char* name, const Info* info, void* data) {
+  if (info->num_attrs == 0) return 0;
+  auto* w = static_cast<AttrWalk*>(data);
+  w->object = std::strcmp(name, ".") == 0 ? "/" : "/" + std::string(name);
+  const hid_t obj = H5Oopen(root, name, H5P_DEFAULT);
+  if (obj < 0) return -1;
+  hsize_t idx = 0;
+  const herr_t rc = H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, visit_attr, data);
+  H5Oclose(obj);
+  return rc;
+}
+
+// Every attribute of every object of a file, except the digest itself.
+AttrMap read_attributes(const H5::H5File& file) {
+  AttrWalk walk;
+#if H5_VERSION_GE(1, 12, 0)
+  const herr_t rc = H5Ovisit3(file.getId(), H5_INDEX_NAME, H5_ITER_INC, visit_object<H5O_info2_t>, &walk,
+                              H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS);
+#else
+  const herr_t rc = H5Ovisit2(file.getId(), H5_INDEX_NAME, H5_ITER_INC, visit_object<H5O_info_t>, &walk,
+                              H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS);
+#endif
+  if (rc < 0) throw H5::Exception("read_attributes", "cannot walk the file's attributes");
+  return walk.attrs;
+}
+
 std::string parent_of(const std::string& path) {
   const size_t s = path.rfind('/');
   return s == 0 || s == std::string::npos ? "/" : path.substr(0, s);
@@ -54,7 +154,77 @@ struct StateFileWriter::Impl {
   std::string path, tmp, noun;
   H5::H5File file;
   bool open = false, committed = false;
+  bool failed = false;  // HDF5 failed a write: the file is abandoned, never closed (see fail())
+  uint64_t written = 0; // bytes of dataset payload written so far
+  AttrMap attrs;  // what the digest covers
+
+  ~Impl() {  // without commit(): the temporary file goes (also when the constructor failed)
+    if (committed) return;
+    try {
+      if (open && !failed) file.close();
+    } catch (const H5::Exception&) {
+    }
+    if (!tmp.empty()) std::remove(tmp.c_str());
+  }
+
+  // A failed write (typically ENOSPC or EIO): one line naming the file, the error and the space
+  // left. The HDF5 file is abandoned without H5Fclose, which would flush again and, after a
+  // failed write, crashes HDF5 1.10 (an extra reference keeps the C++ object from closing it);
+  // the temporary file is removed by the destructor, so the previous file stays as it was.
+  [[noreturn]] void fail(const std::string& what, int err) {
+    if (!failed && open) file.incRefCount();
+    failed = true;
+    std::string space;
+    struct statvfs sv {};
+    const std::string dir = fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string();
+    if (::statvfs(dir.c_str(), &sv) == 0)
+      space = fmt::format("; {:.1f} MiB free in {} after {:.1f} MiB of this file", 
+                          static_cast<double>(sv.f_bavail) * static_cast<double>(sv.f_frsize) / (1 << 20), dir,
+                          static_cast<double>(written) / (1 << 20));
+    user_error("{}: cannot write the {} ({}: {}{}); nothing was replaced", path, noun, what,
+               err ? std::strerror(err) : "HDF5 error", space);
+  }
+
+  // Disk space for the next `bytes` of the file, reserved before HDF5 writes them (fallocate
+  // past the end, FALLOC_FL_KEEP_SIZE): a full file system is then an error here, while the
+  // HDF5 file is still sound, rather than a failed write inside HDF5. The reservation keeps
+  // kSlack beyond, for the metadata HDF5 writes at close; commit() gives back what is unused.
+  static constexpr uint64_t kSlack = 1u << 20;
+  void reserve(const std::string& what, uint64_t bytes) {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail(what, errno);
+    struct stat st {};
+    int rc = ::fstat(fd, &st);
+    if (rc == 0) rc = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, st.st_size, static_cast<off_t>(bytes + kSlack));
+    const int err = errno;
+    ::close(fd);
+    if (rc == 0 || err == EOPNOTSUPP || err == ENOSYS) return;  // a file system without fallocate: unreserved
+    const bool sound = !failed;
+    failed = false;
+    if (sound) {  // HDF5 wrote nothing it could not: close it normally (its metadata fits the slack)
+      try {
+        file.close();
+        open = false;
+      } catch (const H5::Exception&) {
+      }
+    }
+    fail(fmt::format("{}, which needs {:.1f} MiB more", what, static_cast<double>(bytes + kSlack) / (1 << 20)), err);
+  }
+
+  // The file's size, and the reserved blocks past it given back (after close).
+  void trim() {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) (void)!::ftruncate(fd, st.st_size);
+    ::close(fd);
+  }
 };
+
+namespace {
+// No clean-up of open HDF5 objects at exit: an abandoned file (Impl::fail) must never be closed.
+const int kNoHdf5Atexit = (H5dont_atexit(), 0);
+}  // namespace
 
 StateFileWriter::StateFileWriter(std::string path, const std::string& format, int64_t version, std::string noun)
     : impl_(std::make_unique<Impl>()) {
@@ -68,73 +238,88 @@ StateFileWriter::StateFileWriter(std::string path, const std::string& format, in
   } catch (const H5::Exception& e) {
     user_error("{}: cannot create {} ({})", impl_->tmp, impl_->noun, e.getDetailMsg());
   }
+  impl_->reserve("attributes", 0);
   attr("/", "format", format);
   attr("/", "version", version);
 }
 
-StateFileWriter::~StateFileWriter() {
-  if (impl_->committed) return;
-  try {
-    if (impl_->open) impl_->file.close();
-  } catch (const H5::Exception&) {
-  }
-  std::remove(impl_->tmp.c_str());
-}
+StateFileWriter::~StateFileWriter() = default;
 
 void StateFileWriter::group(const std::string& path) {
+  errno = 0;
   try {
     ensure_group(impl_->file, path);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot create group {} ({})", impl_->tmp, path, e.getDetailMsg());
+  } catch (const H5::Exception&) {
+    impl_->fail("group " + path, errno);
   }
 }
 
 void StateFileWriter::attr(const std::string& object, const std::string& name, int64_t value) {
+  errno = 0;
   try {
     H5::Group g = ensure_group(impl_->file, object == "/" ? "" : object);
     H5::Attribute a = g.createAttribute(name, H5::PredType::NATIVE_INT64, H5::DataSpace(H5S_SCALAR));
     a.write(H5::PredType::NATIVE_INT64, &value);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot write attribute {}:{} ({})", impl_->tmp, object, name, e.getDetailMsg());
+    impl_->attrs[{object.empty() ? "/" : object, name}] = int_bytes(value);
+  } catch (const H5::Exception&) {
+    impl_->fail("attribute " + object + ":" + name, errno);
   }
 }
 
 void StateFileWriter::attr(const std::string& object, const std::string& name, const std::string& value) {
+  errno = 0;
   try {
     H5::Group g = ensure_group(impl_->file, object == "/" ? "" : object);
     H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
     H5::Attribute a = g.createAttribute(name, t, H5::DataSpace(H5S_SCALAR));
     a.write(t, value);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot write attribute {}:{} ({})", impl_->tmp, object, name, e.getDetailMsg());
+    impl_->attrs[{object.empty() ? "/" : object, name}] = str_bytes(value);
+  } catch (const H5::Exception&) {
+    impl_->fail("attribute " + object + ":" + name, errno);
   }
 }
 
 void StateFileWriter::floats(const std::string& dataset, const float* data, uint64_t n) {
-  try {
-    ensure_group(impl_->file, parent_of(dataset) == "/" ? "" : parent_of(dataset));
-    hsize_t dims = n;
-    H5::DSetCreatPropList props;
-    if (n > 0) {
-      hsize_t chunk = std::min<hsize_t>(kChunk, n);
-      props.setChunk(1, &chunk);
-      props.setFletcher32();
-    }
-    H5::DataSet ds = impl_->file.createDataSet(dataset, H5::PredType::NATIVE_FLOAT, H5::DataSpace(1, &dims), props);
-    if (n > 0) ds.write(data, H5::PredType::NATIVE_FLOAT);
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot write {} ({})", impl_->tmp, dataset, e.getDetailMsg());
+  BCD_CHECK(!impl_->failed, "{}: written after a failed write", impl_->path);
+  group(parent_of(dataset) == "/" ? "" : parent_of(dataset));
+  impl_->reserve("dataset " + dataset, n * sizeof(float) + (n / kChunk + 1) * 64);
+  // The C API: a dataset whose write failed must not be closed (its close flushes again).
+  errno = 0;
+  const hsize_t dims = n;
+  const hid_t space = H5Screate_simple(1, &dims, nullptr);
+  const hid_t props = H5Pcreate(H5P_DATASET_CREATE);
+  if (n > 0) {
+    const hsize_t chunk = std::min<hsize_t>(kChunk, n);
+    H5Pset_chunk(props, 1, &chunk);
+    H5Pset_fletcher32(props);
   }
+  const hid_t ds = H5Dcreate2(impl_->file.getId(), dataset.c_str(), H5T_NATIVE_FLOAT, space, H5P_DEFAULT, props,
+                              H5P_DEFAULT);
+  H5Pclose(props);
+  H5Sclose(space);
+  if (ds < 0) impl_->fail("dataset " + dataset, errno);
+  if (n > 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    impl_->fail("dataset " + dataset, errno);
+  if (H5Dclose(ds) < 0) impl_->fail("dataset " + dataset, errno);
+  impl_->written += n * sizeof(float);
 }
 
 void StateFileWriter::commit() {
   BCD_CHECK(!impl_->committed, "{} committed twice", impl_->path);
   try {
+    const int64_t digest = digest_of(impl_->attrs);
+    H5::Attribute a = impl_->file.openGroup("/").createAttribute(kDigest, H5::PredType::NATIVE_INT64,
+                                                                 H5::DataSpace(H5S_SCALAR));
+    a.write(H5::PredType::NATIVE_INT64, &digest);
+    a.close();
+    errno = 0;
+    if (H5Fflush(impl_->file.getId(), H5F_SCOPE_LOCAL) < 0) impl_->fail("flush", errno);
     impl_->file.close();
     impl_->open = false;
-  } catch (const H5::Exception& e) {
-    user_error("{}: cannot close {} ({})", impl_->tmp, impl_->noun, e.getDetailMsg());
+  } catch (const H5::Exception&) {
+    impl_->fail("close", errno);
   }
+  impl_->trim();
   fsync_path(impl_->tmp, false);
   if (std::rename(impl_->tmp.c_str(), impl_->path.c_str()) != 0)
     user_error("{}: cannot rename {} into place", impl_->path, impl_->tmp);
@@ -157,6 +342,19 @@ StateFileReader::StateFileReader(std::string path, const std::string& noun)
   } catch (const H5::Exception& e) {
     user_error("{}: not a readable {} (truncated or corrupt HDF5: {})", path_, noun, e.getDetailMsg());
   }
+  // Files written before the digest existed have none; every file written since has one.
+  if (!has_attr("/", kDigest)) return;
+  const int64_t want = attr_int("/", kDigest);
+  int64_t got = 0;
+  try {
+    got = digest_of(read_attributes(impl_->file));
+  } catch (const H5::Exception& e) {
+    user_error("{}: cannot read the {}'s attributes (corrupt HDF5: {})", path_, noun, e.getDetailMsg());
+  }
+  if (got != want)
+    user_error("{}: the {}'s attributes (config, step counts, scheduler and data positions) fail their checksum: "
+               "the file was changed or is corrupt",
+               path_, noun);
 }
 
 StateFileReader::~StateFileReader() = default;

@@ -123,6 +123,9 @@ int run(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model: --config FILE [--section.key=value ...]");
   train->add_option("--config", config_file, "TOML config file")->check(CLI::ExistingFile);
   train->add_flag("--quiet", quiet, "no progress output");
+  bool overwrite = false;
+  train->add_flag("--overwrite", overwrite,
+                  "a fresh run into a run directory holding an earlier run's checkpoints deletes them (else refused)");
   std::string resume;
   train->add_option("--resume", resume,
                     "continue exactly from a checkpoint: a run directory (its newest checkpoint) or a checkpoint file; "
@@ -239,6 +242,7 @@ int run(int argc, char** argv) {
     if (!resume.empty()) {
       if (!config_file.empty())
         user_error("train: --resume takes the config stored in the checkpoint; change it with --section.key=value, not --config");
+      if (overwrite) user_error("train: --overwrite starts afresh; it does not go with --resume");
       const std::string ckpt = resolve_checkpoint(resume);
       const std::string stored = CheckpointReader(ckpt).attr_str("/", "config");
       Config cfg = load_config_text(stored, ckpt, overrides);
@@ -249,7 +253,7 @@ int run(int argc, char** argv) {
       return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0;
     }
     if (config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");
-    const TrainSummary s = run_training(load_config(config_file, overrides), quiet);
+    const TrainSummary s = run_training(load_config(config_file, overrides), quiet, "", overwrite);
     return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0;
   } else if (config->parsed()) {
     if (reference) {

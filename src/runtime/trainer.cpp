@@ -11,11 +11,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 
 #include "base/error.h"
+#include "io/checkpoint.h"
+#include "io/dir_lock.h"
 #include "model/weights.h"
+#include "runtime/process_group.h"
 #include "runtime/sampler.h"
 #include "runtime/train_state.h"
 
@@ -171,7 +175,17 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
       const auto tc0 = Clock::now();
       ahead.give_back(run);  // the checkpoint records the loader before the next step's batch
       if (switch_due) run.switch_unit(), switch_due = false;   // the next step would start with it
-      const std::string path = save_checkpoint(run, step);  // every rank: sharded state is gathered
+      std::string path;
+      try {
+        path = save_checkpoint(run, step);  // every rank: sharded state is gathered
+      } catch (const UserError& e) {
+        // The run stops: going on without checkpoints would risk more work than it saves.
+        const auto kept = list_checkpoints(tc.run_dir + "/checkpoints");
+        user_error("{}\ntraining stopped after step {}; {}", e.what(), step,
+                   kept.empty() ? std::string("no checkpoint of this run was written before")
+                                : fmt::format("the newest checkpoint is {}: make room, then `bcdtrain train --resume {}`",
+                                              kept.back(), tc.run_dir));
+      }
       if (run.is_root()) {
         const double ckpt_s = seconds_since(tc0);
         log->checkpoint_s += ckpt_s;
@@ -243,7 +257,30 @@ double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_
   return sum / static_cast<double>(n);
 }
 
-TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from) {
+// Rank 0 owns the run directory: it locks it for the run, and a fresh run does not start in a
+// directory holding another run's checkpoints (their higher step numbers would outlive its own,
+// and --resume would continue the old run) unless told to delete them.
+std::unique_ptr<DirLock> claim_run_dir(const Config& cfg, bool resuming, bool overwrite) {
+  if (DistEnv::from_environment().rank != 0) return nullptr;
+  const std::string& dir = cfg.train.run_dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) user_error("config: [train] run_dir {}: cannot create ({})", dir, ec.message());
+  auto lock = std::make_unique<DirLock>(dir, "run directory");
+  const std::string ckpts = dir + "/checkpoints";
+  const std::vector<std::string> old = fs::is_directory(ckpts) ? list_checkpoints(ckpts) : std::vector<std::string>{};
+  if (resuming || old.empty()) return lock;
+  if (!overwrite)
+    user_error("{}: holds {} checkpoint(s) of an earlier run (newest {}); continue it with `bcdtrain train --resume "
+               "{}`, choose another train.run_dir, or give --overwrite to delete them and start afresh",
+               dir, old.size(), fs::path(old.back()).filename().string(), dir);
+  for (const std::string& c : old) fs::remove(c, ec);
+  prune_checkpoints(ckpts, 1 << 30);  // temporaries of a crashed writer too
+  return lock;
+}
+
+TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from, bool overwrite) {
+  const std::unique_ptr<DirLock> lock = claim_run_dir(cfg, !resume_from.empty(), overwrite);
   RunSetup run(std::move(cfg), resume_from);
   const Say say = [quiet, root = run.is_root()](const std::string& line) {
     if (!quiet && root) fmt::print("{}\n", line), std::fflush(stdout);

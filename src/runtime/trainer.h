@@ -33,7 +33,10 @@ struct TrainSummary {
 // model.h5, tokenizer.model, samples.txt}, and checkpoints/step-N.h5 every train.checkpoint_every
 // steps, at the end, and on SIGINT/SIGTERM (then it stops after the current step). Progress goes
 // to stdout unless quiet. `resume_from`: a checkpoint file to continue from, exactly.
-TrainSummary run_training(Config cfg, bool quiet = false, const std::string& resume_from = "");
+// The run directory is locked for the run (a second run on it is refused naming the holder's
+// PID), and a fresh run into a directory holding an earlier run's checkpoints is refused
+// unless `overwrite`, which deletes them first.
+TrainSummary run_training(Config cfg, bool quiet = false, const std::string& resume_from = "", bool overwrite = false);
 
 // Mean validation loss of a model over `batches` micro-batches of the validation split; with a
 // process group of several ranks, the batches are shared out and the sum reduced.

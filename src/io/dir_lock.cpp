@@ -1,0 +1,43 @@
+// Directory locks by flock(2) on <dir>/.lock.
+#include "io/dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "base/error.h"
+
+namespace bcd {
+
+DirLock::DirLock(const std::string& dir, const std::string& what) {
+  const std::string path = dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) user_error("{}: cannot open the {}'s lock file ({})", path, what, std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (err != EWOULDBLOCK) user_error("{}: cannot lock the {} ({})", path, what, std::strerror(err));
+    const std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("unknown");
+    user_error("{}: the {} is in use by another bcdtrain process (pid {}); wait for it to end or choose another "
+               "directory",
+               dir, what, pid.substr(0, pid.find_first_of("\n ")));
+  }
+  // The PID is for the message of a refused second process; the lock holds without it.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+}
+
+DirLock::~DirLock() {
+  if (fd_ < 0) return;
+  ::flock(fd_, LOCK_UN);
+  ::close(fd_);
+}
+
+}  // namespace bcd

@@ -1,0 +1,23 @@
+// An exclusive lock on a directory, held for the life of the object: <dir>/.lock, flock()ed and
+// holding the holder's PID. The kernel drops the lock when the holder exits, however it exits,
+// so a crashed run never leaves its directory locked.
+#pragma once
+
+#include <string>
+
+namespace bcd {
+
+class DirLock {
+ public:
+  // UserError naming the directory and the PID that holds it when another process does;
+  // `what` says what the directory is ("run directory").
+  DirLock(const std::string& dir, const std::string& what);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace bcd
