@@ -259,6 +259,29 @@ TEST_F(Checkpoints, AFreshRunDoesNotMixWithAnEarlierRunsCheckpoints) {
   EXPECT_EQ(read_metrics(run + "/metrics.jsonl").size(), 2u);
 }
 
+// --resume and overrides, one rule: what the checkpoint's state is made of cannot change (refused
+// up front, no warning first); what only changes the remaining steps is applied with a warning;
+// where and how it runs is applied silently.
+TEST_F(Checkpoints, ResumeRefusesWhatTheStateIsMadeOfAndWarnsOfTheRest) {
+  const std::string run = path("overrides");
+  auto a = test::run_bcdtrain(args(run, " --train.steps=3 --train.checkpoint_every=3"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto r = test::run_bcdtrain("train --quiet --resume " + run + " --train.steps=5 --model.d_model=128 --bcd.order=descending");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--resume cannot change bcd.order ('random' -> 'descending'), model.d_model (64 -> 128)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("warning"), std::string::npos) << "refused, not warned first: " << r.output;
+  EXPECT_EQ(read_metrics(run + "/metrics.jsonl").size(), 3u);
+  auto w = test::run_bcdtrain("train --quiet --resume " + run +
+                              " --train.steps=4 --train.lr=0.001 --train.threads=1 --train.log_every=2");
+  EXPECT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_NE(w.output.find("warning: resuming with changed settings: train.lr (0.002 -> 0.001), train.steps (3 -> 4)"),
+            std::string::npos)
+      << w.output;
+  EXPECT_EQ(w.output.find("threads"), std::string::npos) << w.output;
+}
+
 TEST_F(Checkpoints, KeepsTheNewestN) {
   const std::string run = path("keep");
   auto r = test::run_bcdtrain(args(run, " --train.steps=7 --train.checkpoint_every=1 --train.keep_checkpoints=2"));

@@ -72,10 +72,23 @@ LlamaModel load_run_model(const std::string& run_dir, const Config& cfg) {
 
 // Overrides that change what the remaining steps compute make a resumed run differ from the
 // uninterrupted one: allowed (e.g. a lower learning rate on purpose), but said.
-void warn_inexact_resume(Config stored, Config now) {
+// What --resume does with overrides, one rule: keys the checkpoint's state is made of (the model's
+// shape, the BCD units and their order, the working dtype, the optimizer, the seed) cannot change:
+// refused, naming them, before anything runs. Keys that only change what the remaining steps
+// compute (LR schedule, batch, Adam's hyper-parameters, data) are applied with a warning: the run
+// goes on, no longer as the uninterrupted one. The rest (where and how it runs: paths, logging,
+// memory, threads, device, ranks) are applied silently.
+void check_resume_overrides(const std::string& ckpt, Config stored, Config now) {
+  const std::set<std::string> fixed = {
+      "model.hf_config", "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads",
+      "model.n_kv_heads", "model.d_ff", "model.qkv_bias", "model.tie_embeddings", "train.dtype", "train.seed",
+      "optim.impl", "bcd.enabled", "bcd.order", "bcd.fixed_order", "bcd.blocks", "bcd.layers_per_block",
+      "bcd.include_embed", "bcd.include_head", "bcd.state_on_switch"};
   const std::set<std::string> harmless = {"train.run_dir", "train.val_every", "train.val_batches",
                                           "train.log_every", "train.threads", "train.checkpoint_every",
-                                          "train.keep_checkpoints", "memory.", "sample."};
+                                          "train.keep_checkpoints", "train.device", "model.init_from",
+                                          "model.init_std", "model.activation_checkpointing", "memory.",
+                                          "sample.", "dist."};
   auto flat = [](Config& c) {
     std::map<std::string, std::string> out;
     std::istringstream in(config_to_toml(c));
@@ -87,20 +100,26 @@ void warn_inexact_resume(Config stored, Config now) {
     }
     return out;
   };
+  auto in = [](const std::set<std::string>& set, const std::string& key) {
+    for (const auto& h : set)
+      if (key == h || (h.back() == '.' && key.rfind(h, 0) == 0)) return true;
+    return false;
+  };
   const auto a = flat(stored), b = flat(now);
-  std::vector<std::string> changed;
+  std::string refused, changed;
   for (const auto& [key, value] : b) {
     auto it = a.find(key);
-    if (it == a.end() || it->second == value) continue;
-    bool ok = false;
-    for (const auto& h : harmless) ok |= key == h || (h.back() == '.' && key.rfind(h, 0) == 0);
-    if (!ok) changed.push_back(fmt::format("{} ({} -> {})", key, it->second, value));
+    if (it == a.end() || it->second == value || in(harmless, key)) continue;
+    std::string& list = in(fixed, key) ? refused : changed;
+    list += fmt::format("{}{} ({} -> {})", list.empty() ? "" : ", ", key, it->second, value);
   }
-  if (changed.empty()) return;
-  std::string list;
-  for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
-  fmt::print(stderr, "bcdtrain: warning: resuming with changed settings: {}; the run continues, but not as the "
-                     "uninterrupted run would have\n", list);
+  if (!refused.empty())
+    user_error("{}: --resume cannot change {}: the checkpoint's weights, optimizer state and schedule are made of "
+               "them; start a new run instead (its weights from this one: --model.init_from={})",
+               ckpt, refused, ckpt);
+  if (!changed.empty())
+    fmt::print(stderr, "bcdtrain: warning: resuming with changed settings: {}; the run continues, but not as the "
+                       "uninterrupted run would have\n", changed);
 }
 
 int run(int argc, char** argv) {
@@ -246,7 +265,7 @@ int run(int argc, char** argv) {
       const std::string ckpt = resolve_checkpoint(resume);
       const std::string stored = CheckpointReader(ckpt).attr_str("/", "config");
       Config cfg = load_config_text(stored, ckpt, overrides);
-      warn_inexact_resume(load_config_text(stored, ckpt, {}), cfg);
+      check_resume_overrides(ckpt, load_config_text(stored, ckpt, {}), cfg);
       // Resuming a run directory continues in it, wherever it has moved.
       if (std::filesystem::is_directory(resume)) cfg.train.run_dir = resume;
       const TrainSummary s = run_training(cfg, quiet, ckpt);
