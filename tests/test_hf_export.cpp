@@ -270,6 +270,13 @@ TEST_F(HfCli, ImportThenExport) {
   auto r = test::run_bcdtrain("import --hf " + dir_.file("in") + " --out " + dir_.file("run/model.h5"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_has(r.output, {"imported", "llama", "bf16", "2 safetensors files", "copied tokenizer.model to " + dir_.file("run/tokenizer.model")});
+  // an existing output is replaced only with --force (as prepare)
+  const std::string before = test::read_text(dir_.file("run/model.h5"));
+  expect_exit2("import --hf " + dir_.file("in") + " --out " + dir_.file("run/model.h5"),
+               {dir_.file("run/model.h5"), "already exists (pass --force to replace it)"});
+  EXPECT_EQ(test::read_text(dir_.file("run/model.h5")), before);
+  r = test::run_bcdtrain("import --hf " + dir_.file("in") + " --out " + dir_.file("run/model.h5") + " --force");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   r = test::run_bcdtrain("export --checkpoint " + dir_.file("run/model.h5") + " --hf " + dir_.file("out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.model"})

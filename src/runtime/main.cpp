@@ -228,6 +228,8 @@ int run(int argc, char** argv) {
   auto* import_cmd = app.add_subcommand("import", "convert a Hugging Face model directory (config.json + safetensors) into a weights file");
   import_cmd->add_option("--hf", hf_dir, "HF model directory (llama, mistral, qwen2)")->required();
   import_cmd->add_option("--out", import_out, "weights file to write (e.g. runs/llama/model.h5)")->required();
+  bool import_force = false;
+  import_cmd->add_flag("--force", import_force, "replace an existing --out file");
   HfExportOptions xopt;
   std::string shard_size = "5GB";
   auto* export_cmd = app.add_subcommand("export", "write a weights file or checkpoint as a Hugging Face model directory");
@@ -324,6 +326,9 @@ int run(int argc, char** argv) {
     iopt.direct = !io_buffered;
     return run_iobench(iopt);
   } else if (import_cmd->parsed()) {
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::symlink_status(import_out, ec)) && !import_force)
+      user_error("{}: already exists (pass --force to replace it)", import_out);
     const HfImportSummary s = import_hf_to_file(hf_dir, import_out);
     fmt::print("imported {} ({}, {} parameters, {}, {} safetensors file{}) into {}\n", hf_dir, s.model_type, s.n_params,
                s.info.dtype, s.info.files.size(), s.info.files.size() == 1 ? "" : "s", import_out);
