@@ -46,6 +46,11 @@ TEST_F(Cli, BadDevice) {
   expect_exit2(train_args("--train.device=tpu"), {"[train] device", "\"cpu\", \"cuda\" or \"auto\"", "tpu"});
 }
 
+// A thread count that would exhaust the machine is refused before any thread starts.
+TEST_F(Cli, ThreadsBeyondTheMachineAreRefused) {
+  expect_exit2(train_args("--train.threads=100000"), {"[train] threads = 100000", "at most 4 per core"});
+}
+
 // Without a usable GPU, device = "cuda" is refused up front with the reason; auto falls back.
 TEST_F(Cli, CudaDeviceWithoutGpuSaysWhy) {
   auto probe = test::run_bcdtrain(train_args("--train.device=cuda"));

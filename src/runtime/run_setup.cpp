@@ -283,7 +283,11 @@ void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int lo
 }
 
 void configure_threads(int64_t threads, int local_ranks) {
-  const int64_t cores = std::thread::hardware_concurrency();
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  // More threads than a few per core only slow a run down; far more exhaust the machine.
+  if (threads > 4 * cores)
+    user_error("config: [train] threads = {}: at most 4 per core ({} on this machine; 0 = one per core)", threads,
+               4 * cores);
   const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, cores / std::max(1, local_ranks));
   torch::set_num_threads(static_cast<int>(n));
 }
