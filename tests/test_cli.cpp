@@ -46,6 +46,26 @@ TEST_F(Cli, BadDevice) {
   expect_exit2(train_args("--train.device=tpu"), {"[train] device", "\"cpu\", \"cuda\" or \"auto\"", "tpu"});
 }
 
+// Tokenizer, dataset and model vocabularies are checked against each other before any step:
+// a swapped tokenizer.model, or a run evaluated on data of another tokenizer.
+TEST_F(Cli, VocabulariesThatDisagreeAreRefusedUpFront) {
+  auto p = test::run_bcdtrain("prepare --input /usr/share/games/fortunes/science --out " + dir_->file("data400") +
+                              " --vocab-size 400");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  fs::copy(dir_->file("data"), dir_->file("swapped"), fs::copy_options::recursive);
+  fs::copy_file(dir_->file("data400/tokenizer.model"), dir_->file("swapped/tokenizer.model"),
+                fs::copy_options::overwrite_existing);
+  expect_exit2(train_args("--data.path=" + dir_->file("swapped")),
+               {dir_->file("swapped") + "/tokenizer.model: has 400 pieces", "tokenized with vocab_size 512"});
+  const std::string run = dir_->file("vocab-run");
+  auto t = test::run_bcdtrain("train --quiet --config " + test::source_path("configs/tiny.toml") + " --data.path=" +
+                              dir_->file("data") + " --train.steps=1 --train.run_dir=" + run +
+                              " --sample.prompts='[]' --train.val_batches=1 --model.d_model=64 --model.d_ff=128");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  expect_exit2("eval --run " + run + " --data " + dir_->file("data400"),
+               {dir_->file("data400") + " was tokenized with", "not with the run's " + run + "/tokenizer.model"});
+}
+
 // A thread count that would exhaust the machine is refused before any thread starts.
 TEST_F(Cli, ThreadsBeyondTheMachineAreRefused) {
   expect_exit2(train_args("--train.threads=100000"), {"[train] threads = 100000", "at most 4 per core"});

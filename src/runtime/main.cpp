@@ -122,6 +122,14 @@ void check_resume_overrides(const std::string& ckpt, Config stored, Config now) 
                        "uninterrupted run would have\n", changed);
 }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) user_error("{}: cannot read", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 int run(int argc, char** argv) {
   // launch: its own options, then a whole bcdtrain command line for every rank, untouched.
   if (argc > 1 && std::string(argv[1]) == "launch") {
@@ -313,6 +321,9 @@ int run(int argc, char** argv) {
     Config cfg = config_from_run(run_dir);
     LlamaModel model = load_run_model(run_dir, cfg);
     Tokenizer tok = Tokenizer::load(run_dir + "/tokenizer.model");
+    if (tok.vocab_size() > cfg.model.vocab_size)
+      user_error("generate: {}/tokenizer.model has {} pieces, more than the model's vocab_size {}", run_dir,
+                 tok.vocab_size(), cfg.model.vocab_size);
     if (prompts.empty()) prompts = cfg.sample.prompts;
     for (size_t i = 0; i < prompts.size(); ++i) {
       fmt::print("--- sample {} ---\n{}\n", i + 1, generate_text(model, tok, prompts[i], so, seed + i));
@@ -348,6 +359,15 @@ int run(int argc, char** argv) {
     Config cfg = config_from_run(run_dir);
     LlamaModel model = load_run_model(run_dir, cfg);
     TokenDataset ds = TokenDataset::open(data_dir.empty() ? cfg.data.path : data_dir);
+    // A loss on tokens of another tokenizer means nothing: the dataset must use the run's.
+    const std::string run_tok = run_dir + "/tokenizer.model";
+    if (read_bytes(ds.tokenizer_path()) != read_bytes(run_tok))
+      user_error("eval: {} was tokenized with {}, not with the run's {}: its loss would mean nothing "
+                 "(prepare it with --tokenizer {})",
+                 ds.dir(), ds.tokenizer_path(), run_tok, run_tok);
+    if (ds.vocab_size() > cfg.model.vocab_size)
+      user_error("eval: {} has vocab_size {}, more than the model's {}", ds.dir(), ds.vocab_size(),
+                 cfg.model.vocab_size);
     const int64_t bs = eval_batch_size > 0 ? eval_batch_size : cfg.train.batch_size;
     const double loss = evaluate_val_loss(model, ds, bs, cfg.train.seq_len, eval_batches);
     fmt::print("{{\"val_loss\": {:.6f}, \"unigram_val_loss\": {:.6f}}}\n", loss, ds.unigram_val_loss());

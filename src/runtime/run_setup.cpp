@@ -39,6 +39,17 @@ TokenDataset open_dataset(const DataConfig& data) {
 
 // The model's shape (from HF config.json, an init_from file or [model]) checked against the data,
 // then the memory plan, refused when it does not fit; `acct` takes the plan's budgets.
+// The dataset's tokenizer, checked against the dataset: a tokenizer.model swapped for another
+// one would train on ids that mean other words, and fail only when sampling at the end.
+Tokenizer dataset_tokenizer(const TokenDataset& ds) {
+  Tokenizer tok = Tokenizer::load(ds.tokenizer_path());
+  if (tok.vocab_size() != ds.vocab_size())
+    user_error("{}: has {} pieces, but the dataset beside it was tokenized with vocab_size {}: it is not the "
+               "tokenizer that made this dataset (re-run `bcdtrain prepare`)",
+               ds.tokenizer_path(), tok.vocab_size(), ds.vocab_size());
+  return tok;
+}
+
 MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, int local_ranks, int shards,
                     MemoryAccounting& acct) {
   const TrainConfig& tc = cfg.train;
@@ -99,7 +110,7 @@ RunSetup::RunSetup(Config config, std::string resume)
       pg(ProcessGroup::connect(dist_env, cfg.dist, device)),
       reducer(pg->world_size() > 1 ? std::make_unique<GradReducer>(*pg, cfg.dist.bucket_bytes.value) : nullptr),
       ds(open_dataset(cfg.data)),
-      tok(Tokenizer::load(ds.tokenizer_path())),
+      tok(dataset_tokenizer(ds)),
       train_loader(ds, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
       plan(plan_run(cfg, ds, device, dist_env.local_world_size, shards(), acct)),
