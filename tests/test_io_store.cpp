@@ -125,6 +125,29 @@ TEST(ExtentStore, ChecksumMismatchOnDiskNamesObjectPathAndOffset) {
 }
 
 // Every injected fault surfaces as an error naming the object; nothing else is damaged.
+// The text form of a fault plan (BCD_NVME_FAULTS), and its errors naming the bad item.
+TEST(FaultPlanText, ParsesEveryKindAndRefusesNonsense) {
+  const auto f = parse_faults("read:3:bitflip:77,write:5:enospc,,read:1:eio,write:2:short", "ENV");
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_EQ(f[0].op, IoOp::kRead);
+  EXPECT_EQ(f[0].nth, 3u);
+  EXPECT_EQ(f[0].kind, FaultKind::kBitFlip);
+  EXPECT_EQ(f[0].bit, 77u);
+  EXPECT_EQ(f[1].op, IoOp::kWrite);
+  EXPECT_EQ(f[1].kind, FaultKind::kEnospc);
+  EXPECT_EQ(f[2].kind, FaultKind::kEio);
+  EXPECT_EQ(f[3].kind, FaultKind::kShort);
+  for (const char* bad : {"read:0:eio", "read:x:eio", "seek:1:eio", "read:1:melt", "read:1:eio:3", "read:1", ""}) {
+    std::string e;
+    try {
+      parse_faults(bad, "ENV");
+    } catch (const UserError& err) {
+      e = err.what();
+    }
+    EXPECT_NE(e.find("ENV: "), std::string::npos) << "'" << bad << "': " << e;
+  }
+}
+
 TEST(ExtentStore, EveryInjectedFaultIsReported) {
   TempDir a("bcd-io"), b("bcd-io");
   const std::vector<Fault> faults = {

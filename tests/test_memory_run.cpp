@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "io/checkpoint.h"
 #include "model/weights.h"
 #include "memory/planner.h"
 #include "model/llama.h"
@@ -194,6 +195,59 @@ TEST_F(MemoryRun, LowRamKeepsResidentMemoryWithinTheBudget) {
   // had the state stayed in RAM, the bound would not hold: the test can fail
   EXPECT_GT(state, host_budget + kOverhead);
   EXPECT_LE(mem["host"]["peak"].get<uint64_t>() + mem["pinned"]["peak"].get<uint64_t>(), host_budget);
+}
+
+// A whole run under injected NVMe faults (BCD_NVME_FAULTS): every fault stops it with a line
+// naming the object and the file, before a corrupt byte is trained on or saved; the
+// checkpoints it wrote before the fault are those of a clean run, bit for bit.
+TEST_F(MemoryRun, InjectedNvmeFaultsStopTheRunBeforeAnythingCorruptIsUsed) {
+  auto args = [&](const std::string& name) {
+    return "--train.steps=24 --bcd.switch_every=2 --bcd.layers_per_block=1 --memory.home=nvme"
+           " --train.checkpoint_every=4 --train.keep_checkpoints=0 --memory.nvme_paths='[\"" +
+           nvme(name) + "\"]'";
+  };
+  auto clean = train("faults-clean", args("faults-clean"));
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  int compared = 0;
+  struct Case {
+    const char* spec;
+    const char* says;
+  };
+  // Reads come from checkpoints (every 4 steps) and from the second block-epoch's prefetches;
+  // the faults come after a few checkpoints were written.
+  for (const Case c : {Case{"read:16:bitflip:77", "checksum mismatch reading 'unit."},
+                       Case{"read:14:eio", "Input/output error"}, Case{"read:18:short", "unit."},
+                       Case{"write:9:enospc", "No space left on device"},
+                       Case{"write:7:bitflip:4099", "checksum mismatch reading 'unit."}}) {
+    const std::string name = std::string("faults-") + c.spec;
+    ::setenv("BCD_NVME_FAULTS", c.spec, 1);
+    auto r = train(name, args(name));
+    ::unsetenv("BCD_NVME_FAULTS");
+    EXPECT_EQ(r.exit_code, 2) << c.spec << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string("BCD_NVME_FAULTS=") + c.spec + ": injecting faults"), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.spec << "\n" << r.output;
+    EXPECT_NE(r.output.find(nvme(name)), std::string::npos) << "names the file: " << r.output;
+    EXPECT_FALSE(std::filesystem::exists(run(name) + "/model.h5")) << c.spec << ": no weights from a failed run";
+    // what it saved before the fault is the clean run's, bit for bit
+    const auto kept = list_checkpoints(run(name) + "/checkpoints");
+    for (const std::string& ck : kept) {
+      const std::string same = run("faults-clean") + "/checkpoints/" + std::filesystem::path(ck).filename().string();
+      ASSERT_TRUE(std::filesystem::exists(same)) << ck;
+      CheckpointReader a(ck), b(same);
+      for (const std::string& ds : {"/blocks/embed", "/blocks/layer.2", "/blocks/head", "/rank0/optimizer/embed/image",
+                                    "/rank0/optimizer/layer.1/image", "/rank0/optimizer/head/image"}) {
+        if (!b.has(ds)) continue;
+        std::vector<float> x(a.length(ds)), y(b.length(ds));
+        ASSERT_EQ(x.size(), y.size()) << ds;
+        a.floats(ds, x.data(), x.size());
+        b.floats(ds, y.data(), y.size());
+        EXPECT_EQ(x, y) << c.spec << ": " << ck << " " << ds;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 0) << "no faulted run wrote a checkpoint before its fault: nothing was compared";
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
 
 #include "base/error.h"
 
@@ -17,6 +20,49 @@ const char* to_string(FaultKind kind) {
     case FaultKind::kBitFlip: return "bit flip";
   }
   return "?";
+}
+
+std::vector<Fault> parse_faults(const std::string& spec, const std::string& source) {
+  std::vector<Fault> out;
+  std::stringstream items(spec);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream parts(item);
+    std::string p;
+    while (std::getline(parts, p, ':')) f.push_back(p);
+    auto bad = [&](const std::string& why) {
+      user_error("{}: fault '{}': {} (expected OP:N:KIND[:BIT], OP read|write, KIND eio|enospc|short|bitflip)",
+                 source, item, why);
+    };
+    if (f.size() < 3 || f.size() > 4) bad("wrong number of fields");
+    Fault fault;
+    if (f[0] == "read") fault.op = IoOp::kRead;
+    else if (f[0] == "write") fault.op = IoOp::kWrite;
+    else bad("unknown operation");
+    auto number = [&](const std::string& text) -> uint64_t {
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 18)
+        bad("'" + text + "' is not a count");
+      return std::stoull(text);
+    };
+    fault.nth = number(f[1]);
+    if (fault.nth == 0) bad("requests count from 1");
+    const std::map<std::string, FaultKind> kinds = {{"eio", FaultKind::kEio},
+                                                    {"enospc", FaultKind::kEnospc},
+                                                    {"short", FaultKind::kShort},
+                                                    {"bitflip", FaultKind::kBitFlip}};
+    auto k = kinds.find(f[2]);
+    if (k == kinds.end()) bad("unknown kind");
+    fault.kind = k->second;
+    if (f.size() == 4) {
+      if (fault.kind != FaultKind::kBitFlip) bad("only bitflip takes a bit");
+      fault.bit = number(f[3]);
+    }
+    out.push_back(fault);
+  }
+  if (out.empty()) user_error("{}: no faults in '{}'", source, spec);
+  return out;
 }
 
 // ---- FaultPlan ----

@@ -1,5 +1,6 @@
-// Fault injection for tests: a FaultEngine wraps a real engine and, following a shared FaultPlan,
-// fails chosen requests with EIO or ENOSPC, cuts them short, or flips a bit in their data.
+// Fault injection for tests and users: a FaultEngine wraps a real engine and, following a shared
+// FaultPlan, fails chosen requests with EIO or ENOSPC, cuts them short, or flips a bit in their
+// data. A whole run takes a plan from the environment (BCD_NVME_FAULTS, see parse_faults).
 #pragma once
 
 #include <deque>
@@ -32,6 +33,11 @@ struct Fault {
   FaultKind kind = FaultKind::kEio;
   uint64_t bit = 0;  // kBitFlip: bit index in the request's data (taken modulo its size in bits)
 };
+
+// A plan written as text: comma-separated OP:N:KIND[:BIT], OP read or write, N the 1-based request
+// of that type, KIND eio, enospc, short or bitflip (BIT: the bit to flip, default 0), e.g.
+// "read:3:bitflip:77,write:5:enospc". UserError naming `source` and the bad item.
+std::vector<Fault> parse_faults(const std::string& spec, const std::string& source);
 
 // Shared by the engines of one store (its read and write queues), so counts are per store.
 class FaultPlan {

@@ -15,6 +15,7 @@
 #endif
 
 #include "base/error.h"
+#include "io/fault_engine.h"
 #include "model/hf_config.h"
 #include "model/hf_import.h"
 #include "runtime/train_state.h"
@@ -159,6 +160,16 @@ void RunSetup::make_optimizer() {
         std::filesystem::create_directories(path, ec);
         if (ec) user_error("config: [memory] nvme_paths: cannot create {} ({})", path, ec.message());
       }
+    // BCD_NVME_FAULTS: injected NVMe faults for a whole run (io/fault_engine.h), to see what a
+    // failing drive does to training. Said loudly: it is never what a user wants by accident.
+    if (const char* spec = std::getenv("BCD_NVME_FAULTS"); spec && *spec) {
+      auto faults = std::make_shared<FaultPlan>(parse_faults(spec, "BCD_NVME_FAULTS"));
+      storage.stager.engine_factory = [faults](IoOp, const EngineOptions& eo) -> std::unique_ptr<IoEngine> {
+        return std::make_unique<FaultEngine>(make_io_engine(eo), faults);
+      };
+      fmt::print(stderr, "bcdtrain: warning: rank {}: BCD_NVME_FAULTS={}: injecting faults into the NVMe tier\n",
+                 pg->rank(), spec);
+    }
     block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == "keep", storage);
   }
   if (torch_opt && (cfg.train.checkpoint_every > 0 || !resume_from.empty()))

@@ -183,7 +183,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
         const auto kept = list_checkpoints(tc.run_dir + "/checkpoints");
         user_error("{}\ntraining stopped after step {}; {}", e.what(), step,
                    kept.empty() ? std::string("no checkpoint of this run was written before")
-                                : fmt::format("the newest checkpoint is {}: make room, then `bcdtrain train --resume {}`",
+                                : fmt::format("the newest checkpoint is {}: once the cause is fixed, `bcdtrain train --resume {}`",
                                               kept.back(), tc.run_dir));
       }
       if (run.is_root()) {
