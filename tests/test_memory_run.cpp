@@ -197,6 +197,19 @@ TEST_F(MemoryRun, LowRamKeepsResidentMemoryWithinTheBudget) {
   EXPECT_LE(mem["host"]["peak"].get<uint64_t>() + mem["pinned"]["peak"].get<uint64_t>(), host_budget);
 }
 
+// A finished run leaves no extent files on the NVMe tier (only checkpoints resume), unless
+// memory.keep_nvme_state.
+TEST_F(MemoryRun, AFinishedRunRemovesItsNvmeFiles) {
+  const std::string args = " --train.steps=6 --bcd.switch_every=1 --memory.home=nvme --memory.nvme_paths='[\"";
+  auto gone = train("ends-gone", args + nvme("gone") + "\"]'");
+  ASSERT_EQ(gone.exit_code, 0) << gone.output;
+  EXPECT_GT(read_metrics(run("ends-gone") + "/metrics.jsonl").back()["staged_bytes"]["nvme_write"].get<uint64_t>(), 0u);
+  for (const auto& e : std::filesystem::directory_iterator(nvme("gone"))) ADD_FAILURE() << "left: " << e.path();
+  auto kept = train("ends-kept", args + nvme("kept") + "\"]' --memory.keep_nvme_state=true");
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_TRUE(std::filesystem::exists(nvme("kept") + "/extents.0.data"));
+}
+
 // A whole run under injected NVMe faults (BCD_NVME_FAULTS): every fault stops it with a line
 // naming the object and the file, before a corrupt byte is trained on or saved; the
 // checkpoints it wrote before the fault are those of a clean run, bit for bit.

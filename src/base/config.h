@@ -178,6 +178,7 @@ struct MemoryConfig {
   int64_t prefetch_depth = 1;     // units of look-ahead the pinned pool holds
   std::string home = "auto";      // where inactive master/moments live: auto, host, nvme
   Bytes activation_bytes;         // activation memory on the compute device; auto = estimate
+  bool keep_nvme_state = false;   // leave the NVMe tier's files when the run ends
 
   template <class V>
   void visit(V& v) {
@@ -188,6 +189,8 @@ struct MemoryConfig {
     v("prefetch_depth", prefetch_depth, "units of look-ahead the pinned staging pool must hold");
     v("home", home, "home of inactive master weights and moments: auto (host memory first, the rest on NVMe), host, nvme");
     v("activation_bytes", activation_bytes, "activation memory on the compute device (\"auto\": the planner's estimate)");
+    v("keep_nvme_state", keep_nvme_state,
+      "leave the NVMe tier's extent files when a run ends (else removed: its checkpoints hold the state)");
   }
 };
 

@@ -115,10 +115,15 @@ void ExtentStore::open_files(bool existing) {
 
 ExtentStore::~ExtentStore() {
   stop_lanes();
-  try {
-    sync();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "bcdtrain: warning: extent store: {}\n", e.what());
+  if (discard_) {
+    for (const std::string& p : file_paths_) ::unlink(p.c_str());
+    if (!paths_.empty()) ::unlink((paths_[0] + "/extents.meta").c_str());
+  } else {
+    try {
+      sync();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bcdtrain: warning: extent store: {}\n", e.what());
+    }
   }
   // Unlock explicitly: an io_uring's registered files outlive close() until the kernel finishes
   // tearing the ring down, and the lock would linger with them.

@@ -82,6 +82,9 @@ class ExtentStore {
 
   // Waits for writes in flight, makes the data durable (fdatasync) and writes the table.
   void sync();
+  // At close, remove the data files (and no table is written): the store's contents are not
+  // wanted after this process (a run whose checkpoints hold its state).
+  void discard_at_close() { discard_ = true; }
 
   // Registers a long-lived buffer (a slab pool) with both engines: io_uring then skips pinning
   // its pages on every op. 0 or -errno; I/O works the same without. Waits until the store is idle.
@@ -133,6 +136,7 @@ class ExtentStore {
   std::vector<uint64_t> file_bytes_;  // allocated so far, per file
   uint32_t next_file_ = 0;            // where the next object's first extent goes
   bool direct_ = true;
+  bool discard_ = false;
   EngineKind engine_kind_ = EngineKind::kAuto;
 
   mutable std::mutex mu_;

@@ -104,6 +104,10 @@ class Stager {
   uint64_t slab_bytes() const { return pool_->slab_bytes(); }
   int slab_count() const { return pool_->count(); }
   const ExtentStore* store() const { return store_.get(); }
+  // The NVMe tier's files go when the stager does (see ExtentStore::discard_at_close).
+  void discard_nvme_at_close() {
+    if (store_) store_->discard_at_close();
+  }
 
  private:
   // A transfer between a slab and a unit's home.

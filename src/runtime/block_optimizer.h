@@ -110,6 +110,7 @@ class BlockAdamW {
   void flush() { stager_->flush(); }
   const StagerStats& staging() const { return stager_->stats(); }
   const Stager& stager() const { return *stager_; }
+  void discard_nvme_at_close() { stager_->discard_nvme_at_close(); }
 
  private:
   struct SegRef {

@@ -293,6 +293,9 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
   sum.unigram_val_loss = run.ds.unigram_val_loss();
   const auto t_start = Clock::now();
   const double train_s = train_loop(run, log ? &*log : nullptr, sum, say);
+  // Nothing reads the NVMe tier's files after the run (a resume reads its checkpoint): they go,
+  // GBs for a 7B model, unless memory.keep_nvme_state.
+  if (run.block_opt && !run.cfg.memory.keep_nvme_state) run.block_opt->discard_nvme_at_close();
   if (sum.stopped_by_signal) return sum;
   if (run.block_opt) {
     run.block_opt->flush();  // write-backs in flight: their errors surface here
