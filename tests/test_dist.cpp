@@ -263,9 +263,11 @@ TEST_P(DataParallelVariants, TwoRanksGiveOneRankWithTwiceTheBatch) {
   EXPECT_EQ(last["optim_state_bytes"].get<double>(), share * m1.back()["optim_state_bytes"].get<double>());
   const auto& mem1 = m1.back()["memory"];
   const auto& mem2 = last["memory"];
-  for (const char* kind : {"master", "m", "v"})
-    if (mem1["compute"].contains(kind))
+  for (const char* kind : {"master", "m", "v"}) {
+    if (mem1["compute"].contains(kind)) {
       EXPECT_EQ(mem2["compute"][kind].get<double>(), share * mem1["compute"][kind].get<double>()) << kind;
+    }
+  }
   int homes = 0;
   for (const char* pool : {"host", "nvme"}) {
     const double b1 = mem1[pool]["total"].get<double>(), b2 = mem2[pool]["total"].get<double>();
