@@ -298,6 +298,14 @@ TEST_F(HfCli, BadInputExitsWith2) {
   expect_exit2("import --hf " + dir_.file("in") + " --out " + dir_.file("w.h5"),
                {"model.layers.0.self_attn.k_proj.weight", "shape [8, 16]", "expected [16, 16]"});
   EXPECT_FALSE(fs::exists(dir_.file("w.h5")));
+  // a config.json describing far more than the files hold is refused before the model is built
+  // (100000 layers of this shape: 0.9 GB allocated before the first tensor was checked)
+  o.edit_config = [](json& c) { c["num_hidden_layers"] = 100000; };
+  write_hf_dir(*m, "llama", dir_.file("huge"), o);
+  expect_exit2("import --hf " + dir_.file("huge") + " --out " + dir_.file("w.h5"),
+               {dir_.file("huge") + "/config.json: describes a model of", "100000 layers",
+                "config.json does not match the weights"});
+  EXPECT_FALSE(fs::exists(dir_.file("w.h5")));
   expect_exit2("export --checkpoint " + dir_.file("nope.h5") + " --hf " + dir_.file("out"), {dir_.file("nope.h5"), "not found"});
   expect_exit2("export --checkpoint " + dir_.file("nope.h5") + " --hf " + dir_.file("out") + " --dtype fp8", {"--dtype", "fp8"});
   expect_exit2("export --checkpoint " + dir_.file("nope.h5") + " --hf " + dir_.file("out") + " --shard-size lots",

@@ -53,6 +53,42 @@ std::map<std::string, std::string> read_weight_map(const std::string& index) {
   return out;
 }
 
+// The safetensors files of a HF directory, headers read and checked (no tensor data yet).
+struct HfFiles {
+  std::vector<std::unique_ptr<st::SafetensorsFile>> files;
+  std::map<std::string, std::string> weight_map;               // sharded only
+  std::map<std::string, const st::SafetensorsFile*> shard_of;  // shard file name -> file
+};
+
+HfFiles open_hf_files(const std::string& dir) {
+  const std::string single = dir + "/" + kSingleFile, index = dir + "/" + kIndexFile;
+  HfFiles hf;
+  if (fs::exists(single)) {
+    hf.files.push_back(std::make_unique<st::SafetensorsFile>(single));
+  } else if (fs::exists(index)) {
+    hf.weight_map = read_weight_map(index);
+    if (hf.weight_map.empty()) user_error("{}: weight_map lists no tensors", index);
+    for (const auto& [name, shard] : hf.weight_map) {
+      if (hf.shard_of.count(shard)) continue;
+      const std::string path = dir + "/" + shard;
+      if (!fs::exists(path)) user_error("{}: shard not found (listed in {} for tensor {})", path, index, name);
+      hf.files.push_back(std::make_unique<st::SafetensorsFile>(path));
+      hf.shard_of[shard] = hf.files.back().get();
+    }
+  } else {
+    user_error("{}: no {} or {} (only safetensors checkpoints are supported)", dir, kSingleFile, kIndexFile);
+  }
+  return hf;
+}
+
+// Parameters of the Llama-family model `mc` describes, without building it.
+int64_t implied_params(const ModelConfig& mc) {
+  const int64_t d = mc.d_model, head = mc.d_model / mc.n_heads, kv = static_cast<int64_t>(mc.kv_heads()) * head;
+  const int64_t attn = d * d + 2 * d * kv + d * d + (mc.qkv_bias ? d + 2 * kv : 0);
+  const int64_t layer = attn + 3 * d * mc.d_ff + 2 * d;
+  return mc.vocab_size * d * (mc.tie_embeddings ? 1 : 2) + mc.n_layers * layer + d;
+}
+
 struct Located {
   const HfTensor* want = nullptr;
   const st::SafetensorsFile* file = nullptr;
@@ -79,26 +115,11 @@ HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
   for (const HfTensor& w : want) wanted[w.name] = &w;
   const bool tied = model.config().tie_embeddings;
 
-  // ---- Open the files ----
-  const std::string single = dir + "/" + kSingleFile, index = dir + "/" + kIndexFile;
-  std::vector<std::unique_ptr<st::SafetensorsFile>> files;
-  std::map<std::string, std::string> weight_map;          // sharded only
-  std::map<std::string, const st::SafetensorsFile*> shard_of;  // shard file name -> file
-  if (fs::exists(single)) {
-    files.push_back(std::make_unique<st::SafetensorsFile>(single));
-  } else if (fs::exists(index)) {
-    weight_map = read_weight_map(index);
-    if (weight_map.empty()) user_error("{}: weight_map lists no tensors", index);
-    for (const auto& [name, shard] : weight_map) {
-      if (shard_of.count(shard)) continue;
-      const std::string path = dir + "/" + shard;
-      if (!fs::exists(path)) user_error("{}: shard not found (listed in {} for tensor {})", path, index, name);
-      files.push_back(std::make_unique<st::SafetensorsFile>(path));
-      shard_of[shard] = files.back().get();
-    }
-  } else {
-    user_error("{}: no {} or {} (only safetensors checkpoints are supported)", dir, kSingleFile, kIndexFile);
-  }
+  HfFiles hf = open_hf_files(dir);
+  const std::string index = dir + "/" + kIndexFile;
+  std::vector<std::unique_ptr<st::SafetensorsFile>>& files = hf.files;
+  const std::map<std::string, std::string>& weight_map = hf.weight_map;
+  const std::map<std::string, const st::SafetensorsFile*>& shard_of = hf.shard_of;
 
   // ---- Locate and check every tensor before touching the model ----
   std::vector<Located> found;
@@ -205,6 +226,19 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
   if (!fs::is_directory(dir)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
   if (!fs::exists(cfg_path)) user_error("{}: missing (a Hugging Face model directory has config.json)", cfg_path);
   const ModelConfig mc = model_config_from_hf(cfg_path, ModelConfig{});
+  // The model is allocated from config.json: a config describing far more than the files hold
+  // (num_hidden_layers = 100000) is refused here, before any memory goes to it. Smaller
+  // disagreements are named tensor by tensor below.
+  {
+    int64_t stored = 0;
+    for (const auto& f : open_hf_files(dir).files)
+      for (const st::TensorInfo& t : f->header().tensors) stored += t.numel();
+    const int64_t implied = implied_params(mc);
+    if (implied > 2 * stored + (int64_t{1} << 20))
+      user_error("{}: describes a model of {} parameters ({} layers, hidden size {}, intermediate size {}, vocabulary "
+                 "{}), but the safetensors in {} hold only {} values: config.json does not match the weights",
+                 cfg_path, implied, mc.n_layers, mc.d_model, mc.d_ff, mc.vocab_size, dir, stored);
+  }
   std::string config_text;
   {
     std::ifstream in(cfg_path);
