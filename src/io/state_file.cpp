@@ -7,12 +7,10 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-
-#include <cerrno>
-
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -178,7 +176,7 @@ struct StateFileWriter::Impl {
     struct statvfs sv {};
     const std::string dir = fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string();
     if (::statvfs(dir.c_str(), &sv) == 0)
-      space = fmt::format("; {:.1f} MiB free in {} after {:.1f} MiB of this file", 
+      space = fmt::format("; {:.1f} MiB free in {} after {:.1f} MiB of this file",
                           static_cast<double>(sv.f_bavail) * static_cast<double>(sv.f_frsize) / (1 << 20), dir,
                           static_cast<double>(written) / (1 << 20));
     user_error("{}: cannot write the {} ({}: {}{}); nothing was replaced", path, noun, what,
@@ -189,6 +187,7 @@ struct StateFileWriter::Impl {
   // past the end, FALLOC_FL_KEEP_SIZE): a full file system is then an error here, while the
   // HDF5 file is still sound, rather than a failed write inside HDF5. The reservation keeps
   // kSlack beyond, for the metadata HDF5 writes at close; commit() gives back what is unused.
+  // Called only while no write has failed (floats() checks).
   static constexpr uint64_t kSlack = 1u << 20;
   void reserve(const std::string& what, uint64_t bytes) {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
@@ -199,14 +198,10 @@ struct StateFileWriter::Impl {
     const int err = errno;
     ::close(fd);
     if (rc == 0 || err == EOPNOTSUPP || err == ENOSYS) return;  // a file system without fallocate: unreserved
-    const bool sound = !failed;
-    failed = false;
-    if (sound) {  // HDF5 wrote nothing it could not: close it normally (its metadata fits the slack)
-      try {
-        file.close();
-        open = false;
-      } catch (const H5::Exception&) {
-      }
+    try {  // HDF5 wrote nothing it could not: close it normally (its metadata fits the slack)
+      file.close();
+      open = false;
+    } catch (const H5::Exception&) {
     }
     fail(fmt::format("{}, which needs {:.1f} MiB more", what, static_cast<double>(bytes + kSlack) / (1 << 20)), err);
   }
@@ -220,11 +215,6 @@ struct StateFileWriter::Impl {
     ::close(fd);
   }
 };
-
-namespace {
-// No clean-up of open HDF5 objects at exit: an abandoned file (Impl::fail) must never be closed.
-const int kNoHdf5Atexit = (H5dont_atexit(), 0);
-}  // namespace
 
 StateFileWriter::StateFileWriter(std::string path, const std::string& format, int64_t version, std::string noun)
     : impl_(std::make_unique<Impl>()) {
