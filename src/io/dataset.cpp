@@ -5,6 +5,7 @@
 
 #include <H5Cpp.h>
 #include <tbb/parallel_for.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -18,6 +19,8 @@
 #include <system_error>
 
 #include "io/tokenizer.h"
+#include "base/bytes.h"
+#include "base/files.h"
 #include "base/error.h"
 
 namespace bcd {
@@ -33,15 +36,6 @@ constexpr const char* kTokensFile = "tokens.h5";
 constexpr const char* kTokenizerFile = "tokenizer.model";
 
 // ---- Reading inputs ----
-
-std::string read_file(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) user_error("cannot read {} {} (expected a readable file)", what, path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) user_error("error while reading {} {}", what, path.string());
-  return ss.str();
-}
 
 // Directories contribute their plain files, sorted by name; fortune-style indexes (.dat, .u8),
 // hidden files and symlinks are skipped so `/usr/share/games/fortunes` works as is.
@@ -343,7 +337,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   PrepareReport report;
   std::vector<std::string> docs;
   for (const fs::path& f : list_input_files(opt.inputs)) {
-    split_documents(read_file(f, "input file"), &docs);
+    split_documents(read_file(f.string(), "input file"), &docs);
     report.sources.push_back(f.string());
   }
   if (docs.size() < 2) {
@@ -398,6 +392,15 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   for (const std::string& s : report.sources) sources += (sources.empty() ? "" : "\n") + s;
 
   const std::string h5_path = (staging.path() / kTokensFile).string();
+  // A full file system is refused here, before HDF5 writes: a write failing inside HDF5 leaves
+  // a file it may crash on when closing. Contiguous datasets: payload plus a MiB for metadata.
+  const uint64_t need = (train.tokens.size() + val.tokens.size()) * (wide ? 4 : 2) +
+                        (train.doc_offsets.size() + val.doc_offsets.size()) * 8 + (uint64_t{1} << 20);
+  struct statvfs sv {};
+  if (::statvfs(staging.path().c_str(), &sv) == 0 &&
+      static_cast<uint64_t>(sv.f_bavail) * static_cast<uint64_t>(sv.f_frsize) < need)
+    user_error("prepare: {}: {} free, the dataset needs about {} (No space left on device); nothing was written",
+               opt.out_dir, format_bytes(static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize), format_bytes(need));
   quiet_hdf5();
   try {
     H5::H5File file(h5_path, H5F_ACC_EXCL);
@@ -408,7 +411,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     write_attr(file, "bos_id", int64_t{tok.bos_id()});
     write_attr(file, "eos_id", int64_t{tok.eos_id()});
     write_attr(file, "tokenizer", std::string(kTokenizerFile));
-    write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path, "tokenizer model")));
+    write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path.string(), "tokenizer model")));
     write_attr(file, "val_fraction", opt.val_fraction);
     write_attr(file, "seed", opt.seed);
     write_attr(file, "sources", sources);

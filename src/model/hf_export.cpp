@@ -18,6 +18,7 @@
 #include "model/hf_weights.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "base/files.h"
 
 namespace bcd {
 
@@ -92,13 +93,6 @@ void write_text_atomic(const std::string& path, const std::string& text) {
     std::remove(tmp.c_str());
     user_error("{}: cannot rename the temporary file into place", path);
   }
-}
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 const char* architecture_of(const std::string& model_type) {
@@ -235,7 +229,7 @@ HfExportReport export_hf(const HfExportOptions& opt) {
   load_weights(model, opt.checkpoint);
 
   std::string base = read_weights_attr(opt.checkpoint, "hf_config_json");
-  if (base.empty() && !mc.hf_config.empty() && fs::is_regular_file(mc.hf_config)) base = read_text_file(mc.hf_config);
+  if (base.empty() && !mc.hf_config.empty() && fs::is_regular_file(mc.hf_config)) base = read_file(mc.hf_config, "HF config");
   st::Dtype dtype = st::Dtype::kBF16;
   if (!opt.dtype.empty()) {
     dtype = parse_short_dtype(opt.dtype, "--dtype");
@@ -253,7 +247,7 @@ HfExportReport export_hf(const HfExportOptions& opt) {
   if (fs::is_regular_file(tok)) {
     const fs::path dst = fs::path(opt.out_dir) / "tokenizer.model";
     std::error_code ec;
-    if (!fs::equivalent(tok, dst, ec)) write_text_atomic(dst.string(), read_text_file(tok.string()));
+    if (!fs::equivalent(tok, dst, ec)) write_text_atomic(dst.string(), read_file(tok.string(), "tokenizer"));
     r.tokenizer = dst.string();
     r.files.push_back(dst.string());
   }
