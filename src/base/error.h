@@ -15,6 +15,13 @@ class UserError : public std::runtime_error {
   explicit UserError(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+// A storage device failed under the run (EIO, ENOSPC, a short transfer, a checksum mismatch of
+// data read back): still the user's to fix, and the trainer keeps what it can before stopping.
+class IoError : public UserError {
+ public:
+  explicit IoError(const std::string& msg) : UserError(msg) {}
+};
+
 // An internal invariant broke: a bug or an unexpected failure of a system call.
 class InternalError : public std::runtime_error {
  public:

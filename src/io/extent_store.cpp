@@ -223,7 +223,7 @@ Ticket ExtentStore::submit_job(ObjectId id, IoOp op, char* buf) {
   // A read must see the write before it; a write must not change data under a read or another write.
   done_cv_.wait(lock, [&] { return obj.writers == 0 && (op == IoOp::kRead || obj.readers == 0); });
   if (op == IoOp::kRead && !obj.failed.empty())
-    user_error("read '{}': no valid data: its last write failed ({})", obj.name, obj.failed);
+    throw IoError(fmt::format("read '{}': no valid data: its last write failed ({})", obj.name, obj.failed));
   if (op == IoOp::kRead && !obj.written) user_error("read '{}': the object was never written", obj.name);
 
   auto job = std::make_unique<Job>();
@@ -272,7 +272,7 @@ void ExtentStore::wait(Ticket ticket) {
   done_cv_.wait(lock, [&] { return job->done; });
   std::string error = std::move(job->error);
   jobs_.erase(ticket);  // by key: the iterator may have died in a rehash meanwhile
-  if (!error.empty()) throw UserError(error);
+  if (!error.empty()) throw IoError(error);
 }
 
 bool ExtentStore::done(Ticket ticket) const {

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -148,6 +149,12 @@ std::string parent_of(const std::string& path) {
 
 // ---- Writer ----
 
+namespace {
+std::atomic<bool> g_abandoned{false};
+}  // namespace
+
+bool state_file_abandoned() { return g_abandoned.load(); }
+
 struct StateFileWriter::Impl {
   std::string path, tmp, noun;
   H5::H5File file;
@@ -170,7 +177,7 @@ struct StateFileWriter::Impl {
   // failed write, crashes HDF5 1.10 (an extra reference keeps the C++ object from closing it);
   // the temporary file is removed by the destructor, so the previous file stays as it was.
   [[noreturn]] void fail(const std::string& what, int err) {
-    if (!failed && open) file.incRefCount();
+    if (!failed && open) file.incRefCount(), g_abandoned.store(true);
     failed = true;
     std::string space;
     struct statvfs sv {};

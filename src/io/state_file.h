@@ -34,6 +34,11 @@ class StateFileWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// True once a write inside HDF5 failed in this process and its file was abandoned open (see
+// StateFileWriter). HDF5's exit handler would then flush that file again and can crash: main()
+// ends such a process with _exit() after its error line.
+bool state_file_abandoned();
+
 class StateFileReader {
  public:
   // UserError naming the file (as a `noun`) when it is missing or unreadable (e.g. truncated).

@@ -108,6 +108,56 @@ struct RunAhead {
   }
 };
 
+// An NVMe error stopped the run at the start of `step`, before its first batch. Nothing the run
+// holds is corrupt (a failed read or checksum throws before the compute tier is touched), so it
+// keeps what it can: a checkpoint of step - 1 when every unit's state can still be read (the
+// fault does not recur), else the weights alone; the message says which and what was lost.
+[[noreturn]] void stop_on_io_error(RunSetup& run, RunAhead& ahead, bool switch_due, int64_t step, const IoError& e) {
+  const int64_t done = step - 1;
+  const std::string& dir = run.cfg.train.run_dir;
+  std::string kept;
+  if (done < run.first_step) {
+    kept = "no step of this run had finished, so nothing was saved";
+  } else if (run.pg->world_size() == 1) {
+    std::string lost = "this run writes no checkpoints";
+    try {
+      if (run.can_checkpoint()) {
+        ahead.give_back(run);
+        if (switch_due) run.switch_unit();  // as every checkpoint is written: the next unit active
+        const std::string ck = save_checkpoint(run, done);
+        kept = fmt::format("every unit's state could still be read: saved the checkpoint {}; once the drive is fixed, "
+                           "continue with `bcdtrain train --resume {}` (nothing is lost)",
+                           ck, dir);
+      }
+    } catch (const UserError& again) {
+      lost = again.what();
+    }
+    if (kept.empty()) {
+      const std::string w = fmt::format("{}/weights-step-{:08d}.h5", dir, done);
+      try {
+        save_weights(run.model, w, config_to_toml(run.cfg));
+        kept = fmt::format("the optimizer state could not be saved ({}), so it is lost; the weights of step {} are in "
+                           "{} (a start for model.init_from or export, not a resume)",
+                           lost, done, w);
+      } catch (const UserError& w_err) {
+        kept = fmt::format("nothing could be saved: the optimizer state ({}) nor the weights ({})", lost, w_err.what());
+      }
+    }
+  } else if (run.is_root()) {
+    // The other ranks wait in a collective: only what this rank holds alone can be written.
+    const std::string w = fmt::format("{}/weights-step-{:08d}.h5", dir, done);
+    try {
+      save_weights(run.model, w, config_to_toml(run.cfg));
+      kept = fmt::format("the weights of step {} are in {}; the sharded optimizer state is lost", done, w);
+    } catch (const UserError& w_err) {
+      kept = fmt::format("nothing could be saved ({})", w_err.what());
+    }
+  } else {
+    kept = "rank 0 keeps what can be kept";
+  }
+  user_error("{}\ntraining stopped by an I/O error before step {}: {}", e.what(), step, kept);
+}
+
 // One optimizer step per iteration: switch if due, prefetch, forward, truncated backward, clip,
 // update, validate, log, checkpoint. Stops after train.steps, or after the step in which a
 // SIGINT/SIGTERM came (sum.stopped_by_signal). Returns the time spent in training steps.
@@ -126,8 +176,12 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
 
   for (int64_t step = run.first_step; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
-    if (switch_due) run.switch_unit();                           // switch blocks
-    run.prefetch();                                              // look-ahead
+    try {
+      if (switch_due) run.switch_unit();                         // switch blocks
+      run.prefetch();                                            // look-ahead
+    } catch (const IoError& e) {
+      stop_on_io_error(run, ahead, switch_due, step, e);
+    }
     StepStats s;
     s.step = step;
     s.unit = run.sched.current();
