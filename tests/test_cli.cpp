@@ -64,6 +64,21 @@ TEST_F(Cli, VocabulariesThatDisagreeAreRefusedUpFront) {
   ASSERT_EQ(t.exit_code, 0) << t.output;
   expect_exit2("eval --run " + run + " --data " + dir_->file("data400"),
                {dir_->file("data400") + " was tokenized with", "not with the run's " + run + "/tokenizer.model"});
+  // Weights to start from come with their tokenizer (the run's here): the data must use it.
+  expect_exit2(train_args("--data.path=" + dir_->file("data400") + " --model.init_from=" + run + "/model.h5"),
+               {"init_from " + run + "/model.h5 comes with the tokenizer " + run + "/tokenizer.model",
+                "--tokenizer " + run + "/tokenizer.model"});
+  auto same = test::run_bcdtrain(train_args("--model.init_from=" + run + "/model.h5 --train.run_dir=" +
+                                            dir_->file("vocab-run2")));
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+
+  // Flags at the edges of their ranges: nan is no number, a vanishing temperature samples the
+  // argmax, a batch beyond memory is refused before it is allocated.
+  expect_exit2("generate --run " + run + " --prompt A --temperature nan", {"--temperature", "finite"});
+  expect_exit2("generate --run " + run + " --prompt A --top-p nan", {"--top-p", "finite"});
+  auto tiny_t = test::run_bcdtrain("generate --run " + run + " --prompt A --max-new-tokens 4 --temperature 1e-300");
+  EXPECT_EQ(tiny_t.exit_code, 0) << tiny_t.output;
+  expect_exit2("eval --run " + run + " --batch-size 100000000", {"eval: a batch of 100000000 sequences", "--batch-size"});
 }
 
 // A thread count that would exhaust the machine is refused before any thread starts.

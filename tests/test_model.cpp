@@ -110,6 +110,21 @@ TEST(Model, RotaryMatchesDirectFormula) {
   }
 }
 
+// The tables are built a chunk of positions at a time; every position past the first chunk
+// holds exactly what one whole-table computation gives (the planner counts only the tables).
+TEST(Model, RotaryTablesBuiltInChunksAreTheWholeTable) {
+  ModelConfig cfg = tiny_config();
+  cfg.max_seq_len = 9000;
+  LlamaModel m(cfg);
+  const int64_t d = cfg.head_dim();
+  auto dopt = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::Tensor inv = 1.0 / torch::pow(cfg.rope_theta, torch::arange(0, d, 2, dopt) / static_cast<double>(d));
+  torch::Tensor f = torch::outer(torch::arange(cfg.max_seq_len, dopt), inv);
+  torch::Tensor emb = torch::cat({f, f}, -1);
+  EXPECT_TRUE(torch::equal(m.rope_cos(), emb.cos().to(torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(m.rope_sin(), emb.sin().to(torch::kFloat32)));
+}
+
 TEST(Model, RotaryScoresDependOnlyOnRelativePosition) {
   ModelConfig cfg = tiny_config();
   LlamaModel m(cfg);

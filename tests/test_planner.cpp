@@ -134,6 +134,51 @@ TEST(Planner, RequiresVocabSize) {
   EXPECT_THROW(block_shapes(m), UserError);
 }
 
+// A shape from a flag or a file that no machine holds is refused before the per-block tables
+// are built (n_layers = 1e9 took all memory there) or an element count wraps.
+TEST(Planner, ShapesBeyondAnyMachineAreRefused) {
+  ModelConfig layers = llama2_7b();
+  layers.n_layers = 1000000000;
+  EXPECT_NE(test::error_of([&] { block_shapes(layers); }).find("n_layers 1000000000 is beyond"), std::string::npos);
+  ModelConfig wide = llama2_7b();
+  wide.d_model = int64_t{1} << 40;
+  wide.n_heads = 1;
+  EXPECT_NE(test::error_of([&] { block_shapes(wide); }).find("beyond any machine"), std::string::npos);
+  ModelConfig longer = llama2_7b();
+  longer.max_seq_len = int64_t{1} << 50;
+  EXPECT_NE(test::error_of([&] { block_shapes(longer); }).find("max_seq_len"), std::string::npos);
+}
+
+// The rotary tables (2 x max_seq_len x head_dim, working dtype) are in the compute tier: a long
+// max_seq_len once passed the plan and then allocated hundreds of GB.
+TEST(Planner, RotaryTablesAreCountedOnCompute) {
+  ModelConfig m = llama2_7b();
+  m.activation_checkpointing = true;
+  BcdConfig b;
+  b.enabled = true;
+  const MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
+  const MemoryPlan a = plan_memory(m, b, bf16_train(1, 2048), mem);
+  m.max_seq_len = 4096 + (int64_t{1} << 24);
+  const MemoryPlan longer = plan_memory(m, b, bf16_train(1, 2048), mem);
+  const int w = static_cast<int>(StateKind::kWorking);
+  EXPECT_EQ(longer.compute.by_kind[w] - a.compute.by_kind[w], uint64_t{2} * (int64_t{1} << 24) * 128 * 2);
+  EXPECT_TRUE(a.fits) << a.why_not;
+  EXPECT_FALSE(longer.fits);
+  EXPECT_NE(longer.why_not.find("compute tier needs"), std::string::npos) << longer.why_not;
+}
+
+// A look-ahead so deep that its pool size wraps 64 bits is refused, not a tiny pool.
+TEST(Planner, HugePrefetchDepthDoesNotWrap) {
+  BcdConfig b;
+  b.enabled = true;
+  MemoryConfig mem = budgets(24 * kGiB, 0, 64 * kGiB, {"/nvme"});
+  mem.pinned_bytes.is_auto = true;
+  mem.prefetch_depth = int64_t{1} << 62;
+  const MemoryPlan p = plan_memory(llama2_7b(), b, bf16_train(1, 512), mem);
+  EXPECT_FALSE(p.fits);
+  EXPECT_GE(p.pinned.staging, uint64_t{1} << 61);
+}
+
 // ---- Placement and budgets ----
 
 TEST(Planner, FullAdamW7bDoesNotFit24GiB) {

@@ -257,6 +257,7 @@ void validate_config(const Config& c) {
     positive("model", "n_heads", m.n_heads);
     if (m.vocab_size < 0) user_error("config: [model] vocab_size must be >= 0, got {}", m.vocab_size);
     if (m.n_kv_heads < 0) user_error("config: [model] n_kv_heads must be >= 0, got {}", m.n_kv_heads);
+    if (m.d_ff < 0) user_error("config: [model] d_ff must be >= 0 (0 = 8/3 d_model), got {}", m.d_ff);
     if (m.d_model % m.n_heads != 0)
       user_error("config: [model] d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads);
     if (m.n_heads % m.kv_heads() != 0)
@@ -269,6 +270,7 @@ void validate_config(const Config& c) {
     if (m.rope_theta <= 0) user_error("config: [model] rope_theta must be positive");
     if (m.norm_eps <= 0) user_error("config: [model] norm_eps must be positive");
   }
+  if (m.init_std < 0) user_error("config: [model] init_std must be >= 0, got {}", m.init_std);
   const TrainConfig& t = c.train;
   positive("train", "steps", t.steps);
   if (t.checkpoint_every < 0) user_error("config: [train] checkpoint_every must be >= 0");
@@ -310,8 +312,11 @@ void validate_config(const Config& c) {
     user_error("config: [bcd] layers_per_block must be 1 with blocks = \"attn_mlp\"");
   if (b.state_on_switch != "keep" && b.state_on_switch != "reset")
     user_error("config: [bcd] state_on_switch: expected keep or reset, got \"{}\"", b.state_on_switch);
-  if (o.beta1 < 0 || o.beta1 >= 1) user_error("config: [optim] beta1 must be in [0, 1)");
-  if (o.beta2 < 0 || o.beta2 >= 1) user_error("config: [optim] beta2 must be in [0, 1)");
+  // The AdamW kernels take the betas in fp32: 0.99999999 would round to 1 there.
+  if (o.beta1 < 0 || static_cast<float>(o.beta1) >= 1)
+    user_error("config: [optim] beta1 must be in [0, 1) in single precision, got {}", o.beta1);
+  if (o.beta2 < 0 || static_cast<float>(o.beta2) >= 1)
+    user_error("config: [optim] beta2 must be in [0, 1) in single precision, got {}", o.beta2);
   if (o.eps <= 0) user_error("config: [optim] eps must be positive");
   if (o.weight_decay < 0) user_error("config: [optim] weight_decay must be >= 0");
   const MemoryConfig& mem = c.memory;

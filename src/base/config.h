@@ -53,6 +53,15 @@ struct ModelConfig {
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t ff_dim() const { return d_ff > 0 ? d_ff : ((8 * d_model / 3 + 63) / 64) * 64; }
+  // Parameters of the model this describes (vocab_size resolved), in double: a shape from a flag
+  // or a file is judged by it before any int64 element count of it could overflow.
+  double n_params() const {
+    const double c = static_cast<double>(d_model), d = static_cast<double>(head_dim());
+    const double h = static_cast<double>(n_heads), kv = static_cast<double>(kv_heads());
+    const double layer = 2 * c + (h + 2 * kv) * d * c + c * h * d + 3 * static_cast<double>(ff_dim()) * c +
+                         (qkv_bias ? (h + 2 * kv) * d : 0.0);
+    return static_cast<double>(vocab_size) * c * (tie_embeddings ? 1 : 2) + c + static_cast<double>(n_layers) * layer;
+  }
 };
 
 struct TrainConfig {

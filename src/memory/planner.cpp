@@ -19,7 +19,19 @@ constexpr int64_t kAlign = 16;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
-std::string gib(uint64_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / kGiB); }
+// Bytes from a floating-point estimate, held below 2^62 so that sums of a few never wrap.
+uint64_t saturated_bytes(double b) {
+  constexpr double kMax = static_cast<double>(uint64_t{1} << 62);
+  return b >= kMax ? uint64_t{1} << 62 : static_cast<uint64_t>(std::max(b, 0.0));
+}
+
+// GiB as the table prints them; sizes too small to show there in MiB or bytes.
+std::string gib(uint64_t b) {
+  const double x = static_cast<double>(b);
+  if (x >= kGiB / 100) return fmt::format("{:.2f} GiB", x / kGiB);
+  if (x >= 1024.0 * 1024.0 / 100) return fmt::format("{:.2f} MiB", x / (1024.0 * 1024.0));
+  return fmt::format("{} bytes", b);
+}
 
 struct Slot {
   int64_t numel;
@@ -59,8 +71,26 @@ BlockShape layout(std::string name, const std::vector<Slot>& slots) {
 
 // ---- Shapes ----
 
+// A shape from a flag or a file is refused before anything is sized by it when no machine could
+// hold it: element counts must stay far from int64 overflow and the per-block tables small.
+void check_shape_bounds(const ModelConfig& cfg) {
+  constexpr int64_t kMaxLayers = int64_t{1} << 16;
+  constexpr double kMaxElems = static_cast<double>(int64_t{1} << 50);  // 4 PiB of fp32
+  if (cfg.n_layers > kMaxLayers)
+    user_error("model: n_layers {} is beyond any model a machine holds (at most {})", cfg.n_layers, kMaxLayers);
+  const double params = cfg.n_params(), d = static_cast<double>(cfg.head_dim());
+  if (params > kMaxElems)
+    user_error("model: {} layers of d_model {}, d_ff {} with vocab_size {} make {:.3g} parameters, beyond any "
+               "machine (at most 2^50)",
+               cfg.n_layers, cfg.d_model, cfg.ff_dim(), cfg.vocab_size, params);
+  if (static_cast<double>(cfg.max_seq_len) * d > kMaxElems)
+    user_error("model: max_seq_len {} makes rotary tables of {:.3g} elements, beyond any machine", cfg.max_seq_len,
+               static_cast<double>(cfg.max_seq_len) * d);
+}
+
 std::vector<BlockShape> block_shapes(const ModelConfig& cfg) {
   if (cfg.vocab_size <= 0) user_error("plan: [model] vocab_size must be set (> 0) to plan memory");
+  check_shape_bounds(cfg);
   // C = d_model, D = head dim, H = heads, KV = kv heads, F = d_ff, V = vocabulary (LlamaModel)
   const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
   const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
@@ -109,7 +139,7 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
         for (const char* part : {"attn", "mlp"})
           units.push_back({"layer." + std::to_string(l) + "." + part, {{l + 1, part}}, l, 0, 0});
     } else {
-      const int g = static_cast<int>(cfg.layers_per_block);
+      const int g = static_cast<int>(std::min<int64_t>(cfg.layers_per_block, std::max(n_layers, 1)));
       for (int l = 0; l < n_layers; l += g) {
         const int end = std::min(n_layers, l + g);
         UnitShape u;
@@ -131,6 +161,11 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
     }
   }
   return units;
+}
+
+uint64_t rope_table_bytes(const ModelConfig& m, const std::string& dtype) {
+  const uint64_t w = dtype == "bf16" ? 2 : 4;
+  return 2 * static_cast<uint64_t>(m.max_seq_len) * static_cast<uint64_t>(m.head_dim()) * w;
 }
 
 // ---- Activations ----
@@ -156,7 +191,7 @@ uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, c
   double total;
   if (m.activation_checkpointing) total = n * bt * c * w + (n > 0 ? layer : 0.0) + logits;
   else total = n * layer + logits;
-  return static_cast<uint64_t>(total);
+  return saturated_bytes(total);
 }
 
 // ---- Budgets ----
@@ -223,6 +258,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   }
   const UnitShape& big = plan.units[plan.largest_unit];
   for (const auto& s : shapes) plan.compute.by_kind[kind(StateKind::kWorking)] += static_cast<uint64_t>(s.numel) * w;
+  plan.compute.by_kind[kind(StateKind::kWorking)] += rope_table_bytes(model, train.dtype);
   plan.compute.by_kind[kind(StateKind::kMaster)] = separate_master ? max_state : 0;
   plan.compute.by_kind[kind(StateKind::kAdamM)] = max_state;
   plan.compute.by_kind[kind(StateKind::kAdamV)] = max_state;
@@ -241,7 +277,8 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   uint64_t unit_off = 0;
   for (const auto& u : plan.units) unit_off = std::max(unit_off, offloaded(u.state_elems));
   unit_off = (unit_off + 4095) / 4096 * 4096;
-  plan.pinned.staging = unit_off > 0 ? static_cast<uint64_t>(mem.prefetch_depth + 1) * unit_off : 0;
+  plan.pinned.staging =
+      unit_off > 0 ? saturated_bytes((static_cast<double>(mem.prefetch_depth) + 1) * static_cast<double>(unit_off)) : 0;
   plan.pinned.budget = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
 
   // Homes: first fit by unit in host memory (a unit moves as one I/O), the rest on NVMe;
@@ -349,7 +386,7 @@ std::string format_plan(const MemoryPlan& p) {
   row("pinned staging", p.pinned);
   row("host", p.host);
   row("nvme", p.nvme);
-  os << fmt::format("(compute: all working weights + the largest unit's state + worst-case activations{})\n",
+  os << fmt::format("(compute: all working weights and rotary tables + the largest unit's state + worst-case activations{})\n",
                     p.activations_estimated ? " (estimated)" : " (memory.activation_bytes)");
 
   // Blocks: consecutive blocks with the same placement share a line.

@@ -29,7 +29,8 @@ struct BlockShape {
   std::vector<SegmentShape> segments;
 };
 
-// The blocks LlamaModel(cfg) builds, laid out exactly as Block does. cfg.vocab_size must be > 0.
+// The blocks LlamaModel(cfg) builds, laid out exactly as Block does. cfg.vocab_size must be > 0;
+// a shape no machine could hold (2^50 parameters, 2^16 layers) is a UserError.
 std::vector<BlockShape> block_shapes(const ModelConfig& cfg);
 int64_t count_params(const ModelConfig& cfg);  // sum of BlockShape::params (no padding)
 
@@ -42,6 +43,9 @@ struct UnitShape {
   int64_t grad_elems = 0;  // elements of its blocks' gradient buffers (whole blocks)
 };
 std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& bcd);
+
+// LlamaModel's rotary cos and sin tables: 2 x max_seq_len x head_dim in the working dtype.
+uint64_t rope_table_bytes(const ModelConfig& model, const std::string& dtype);
 
 // ---- The plan ----
 

@@ -17,6 +17,7 @@
 #include "model/safetensors.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "base/files.h"
 
 namespace bcd {
 
@@ -82,13 +83,6 @@ HfFiles open_hf_files(const std::string& dir) {
 }
 
 // Parameters of the Llama-family model `mc` describes, without building it.
-int64_t implied_params(const ModelConfig& mc) {
-  const int64_t d = mc.d_model, head = mc.d_model / mc.n_heads, kv = static_cast<int64_t>(mc.kv_heads()) * head;
-  const int64_t attn = d * d + 2 * d * kv + d * d + (mc.qkv_bias ? d + 2 * kv : 0);
-  const int64_t layer = attn + 3 * d * mc.d_ff + 2 * d;
-  return mc.vocab_size * d * (mc.tie_embeddings ? 1 : 2) + mc.n_layers * layer + d;
-}
-
 struct Located {
   const HfTensor* want = nullptr;
   const st::SafetensorsFile* file = nullptr;
@@ -233,19 +227,13 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
     int64_t stored = 0;
     for (const auto& f : open_hf_files(dir).files)
       for (const st::TensorInfo& t : f->header().tensors) stored += t.numel();
-    const int64_t implied = implied_params(mc);
-    if (implied > 2 * stored + (int64_t{1} << 20))
-      user_error("{}: describes a model of {} parameters ({} layers, hidden size {}, intermediate size {}, vocabulary "
+    const double implied = mc.n_params();
+    if (implied > 2.0 * static_cast<double>(stored) + static_cast<double>(int64_t{1} << 20))
+      user_error("{}: describes a model of {:.4g} parameters ({} layers, hidden size {}, intermediate size {}, vocabulary "
                  "{}), but the safetensors in {} hold only {} values: config.json does not match the weights",
                  cfg_path, implied, mc.n_layers, mc.d_model, mc.d_ff, mc.vocab_size, dir, stored);
   }
-  std::string config_text;
-  {
-    std::ifstream in(cfg_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    config_text = ss.str();
-  }
+  const std::string config_text = read_file(cfg_path, "HF config");
   LlamaModel model(mc);
   HfImportSummary s;
   s.info = import_hf_weights(model, dir);

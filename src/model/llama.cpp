@@ -134,15 +134,22 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts) : cfg_
   if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, 0, 0, true, ""});
   blocks_.emplace_back("head", std::move(head), opts);
 
-  // Rotary tables in double, then cast, so every dtype sees the same angles.
+  // Rotary tables in double, then cast, so every dtype sees the same angles. Built a few
+  // thousand positions at a time: the double transients stay small whatever max_seq_len is,
+  // and the tables themselves are what the planner counts (rope_table_bytes).
   auto dopt = torch::TensorOptions().dtype(torch::kFloat64);
   torch::Tensor inv_freq =
       1.0 / torch::pow(cfg.rope_theta, torch::arange(0, d, 2, dopt) / static_cast<double>(d));
-  torch::Tensor pos = torch::arange(cfg.max_seq_len, dopt);
-  torch::Tensor freqs = torch::outer(pos, inv_freq);
-  torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-  cos_ = emb.cos().to(opts.dtype()).to(opts.device());
-  sin_ = emb.sin().to(opts.dtype()).to(opts.device());
+  cos_ = torch::empty({cfg.max_seq_len, d}, opts);
+  sin_ = torch::empty({cfg.max_seq_len, d}, opts);
+  constexpr int64_t kChunk = 4096;
+  for (int64_t p0 = 0; p0 < cfg.max_seq_len; p0 += kChunk) {
+    const int64_t n = std::min(kChunk, cfg.max_seq_len - p0);
+    torch::Tensor freqs = torch::outer(torch::arange(p0, p0 + n, dopt), inv_freq);
+    torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+    cos_.narrow(0, p0, n).copy_(emb.cos().to(opts.dtype()));
+    sin_.narrow(0, p0, n).copy_(emb.sin().to(opts.dtype()));
+  }
   init_weights(0);
 }
 

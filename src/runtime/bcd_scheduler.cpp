@@ -31,7 +31,7 @@ std::vector<TrainUnit> make_units(const LlamaModel& model, const BcdConfig& cfg)
       for (const char* part : {"attn", "mlp"})
         units.push_back({"layer." + std::to_string(l) + "." + part, {{l + 1, part}}});
   } else {
-    const int g = static_cast<int>(cfg.layers_per_block);
+    const int g = static_cast<int>(std::min<int64_t>(cfg.layers_per_block, std::max(n_layers, 1)));
     for (int l = 0; l < n_layers; l += g) {
       const int end = std::min(n_layers, l + g);
       TrainUnit u;

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,9 +16,11 @@
 #include <sstream>
 
 #include "base/bytes.h"
+#include "base/files.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/iobench.h"
+#include "io/state_file.h"
 #include "io/tokenizer.h"
 #include "model/weights.h"
 #include "memory/planner.h"
@@ -35,6 +38,15 @@
 namespace {
 
 using namespace bcd;
+
+// CLI11's range checks let "nan" and "inf" through: every floating-point flag takes this too.
+const CLI::Validator kFinite(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double x = std::strtod(text.c_str(), &end);
+      return std::isfinite(x) ? std::string() : "expected a finite number, got " + text;
+    },
+    "FINITE");
 
 // "--section.key=value" and "--section.key value" are config overrides; the rest goes to CLI11.
 void split_overrides(int argc, char** argv, std::vector<std::string>& rest,
@@ -122,14 +134,6 @@ void check_resume_overrides(const std::string& ckpt, Config stored, Config now) 
                        "uninterrupted run would have\n", changed);
 }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) user_error("{}: cannot read", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int run(int argc, char** argv) {
   // launch: its own options, then a whole bcdtrain command line for every rank, untouched.
   if (argc > 1 && std::string(argv[1]) == "launch") {
@@ -186,7 +190,7 @@ int run(int argc, char** argv) {
   prepare->add_option("--vocab-size", popt.vocab_size, "BPE vocabulary size when training a tokenizer")
       ->check(CLI::Range(64, 1 << 20));
   prepare->add_option("--val-fraction", popt.val_fraction, "fraction of documents held out for validation")
-      ->check(CLI::Range(0.0, 0.5));
+      ->check(kFinite)->check(CLI::Range(0.0, 0.5));
   prepare->add_option("--seed", popt.seed, "seed of the train/validation split");
   prepare->add_flag("--force", popt.force, "replace an existing output directory");
 
@@ -199,9 +203,11 @@ int run(int argc, char** argv) {
   generate->add_option("--run", run_dir, "run directory (holds model.h5 and tokenizer.model)")->required();
   generate->add_option("--prompt", prompts, "prompt text (repeatable)");
   generate->add_option("--max-new-tokens", so.max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
-  generate->add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  generate->add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy")
+      ->check(kFinite)
+      ->check(CLI::NonNegativeNumber);
   generate->add_option("--top-k", so.top_k, "keep the k most likely tokens; 0 = off")->check(CLI::NonNegativeNumber);
-  generate->add_option("--top-p", so.top_p, "nucleus mass; 1 = off")->check(CLI::Range(1e-6, 1.0));
+  generate->add_option("--top-p", so.top_p, "nucleus mass; 1 = off")->check(kFinite)->check(CLI::Range(1e-6, 1.0));
   generate->add_option("--seed", seed, "sampling seed");
 
   // eval
@@ -228,6 +234,7 @@ int run(int argc, char** argv) {
   iobench->add_option("--engine", io_engine, "auto (io_uring, else threads), uring or threads");
   iobench->add_option("--loops", iopt.loops, "passes over the file (at least)")->check(CLI::PositiveNumber);
   iobench->add_option("--seconds", iopt.seconds, "keep making passes until this many seconds went by")
+      ->check(kFinite)
       ->check(CLI::NonNegativeNumber);
   iobench->add_flag("--buffered", io_buffered, "go through the page cache instead of O_DIRECT");
 
@@ -361,7 +368,7 @@ int run(int argc, char** argv) {
     TokenDataset ds = TokenDataset::open(data_dir.empty() ? cfg.data.path : data_dir);
     // A loss on tokens of another tokenizer means nothing: the dataset must use the run's.
     const std::string run_tok = run_dir + "/tokenizer.model";
-    if (read_bytes(ds.tokenizer_path()) != read_bytes(run_tok))
+    if (read_file(ds.tokenizer_path(), "tokenizer") != read_file(run_tok, "tokenizer"))
       user_error("eval: {} was tokenized with {}, not with the run's {}: its loss would mean nothing "
                  "(prepare it with --tokenizer {})",
                  ds.dir(), ds.tokenizer_path(), run_tok, run_tok);
@@ -369,6 +376,16 @@ int run(int argc, char** argv) {
       user_error("eval: {} has vocab_size {}, more than the model's {}", ds.dir(), ds.vocab_size(),
                  cfg.model.vocab_size);
     const int64_t bs = eval_batch_size > 0 ? eval_batch_size : cfg.train.batch_size;
+    // Forward only: one layer's transients and the logits at a time (the planner's estimate).
+    TrainConfig at_bs = cfg.train;
+    at_bs.batch_size = bs;
+    UnitShape top;
+    top.first_layer = static_cast<int>(cfg.model.n_layers) - 1;
+    const uint64_t need = estimate_activation_bytes(cfg.model, at_bs, top), avail = meminfo_bytes("MemAvailable");
+    if (need > avail)
+      user_error("eval: a batch of {} sequences of {} tokens needs about {} of activations, {} of memory is "
+                 "available: give a smaller --batch-size",
+                 bs, cfg.train.seq_len, format_bytes(need), format_bytes(avail));
     const double loss = evaluate_val_loss(model, ds, bs, cfg.train.seq_len, eval_batches);
     fmt::print("{{\"val_loss\": {:.6f}, \"unigram_val_loss\": {:.6f}}}\n", loss, ds.unigram_val_loss());
   }
@@ -389,6 +406,10 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const bcd::UserError& e) {
     fmt::print(stderr, "bcdtrain: error: {}\n", e.what());
+    if (bcd::state_file_abandoned()) {  // skip HDF5's exit handler: it would flush that file again
+      std::fflush(nullptr);
+      ::_exit(2);
+    }
     return 2;
   } catch (const bcd::InternalError& e) {
     fmt::print(stderr, "bcdtrain: internal error: {}\n", e.what());

@@ -15,6 +15,7 @@
 #endif
 
 #include "base/error.h"
+#include "base/files.h"
 #include "io/fault_engine.h"
 #include "model/hf_config.h"
 #include "model/hf_import.h"
@@ -51,6 +52,26 @@ Tokenizer dataset_tokenizer(const TokenDataset& ds) {
   return tok;
 }
 
+// The tokenizer that came with [model] init_from, where there is one: in an HF directory, beside
+// an imported .h5 (import copies it there), in the run directory of a model.h5 or a checkpoint.
+std::string init_from_tokenizer(const std::string& init_from) {
+  namespace fs = std::filesystem;
+  if (init_from.empty()) return "";
+  std::vector<fs::path> candidates;
+  const std::string hf = hf_init_dir(init_from);
+  if (!hf.empty()) {
+    candidates.push_back(fs::path(hf) / "tokenizer.model");
+  } else {
+    const fs::path dir = fs::path(init_from).parent_path();
+    candidates.push_back(dir / "tokenizer.model");
+    if (dir.filename() == "checkpoints") candidates.push_back(dir.parent_path() / "tokenizer.model");
+  }
+  std::error_code ec;
+  for (const fs::path& c : candidates)
+    if (fs::is_regular_file(c, ec)) return c.string();
+  return "";
+}
+
 MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, int local_ranks, int shards,
                     MemoryAccounting& acct) {
   const TrainConfig& tc = cfg.train;
@@ -63,8 +84,20 @@ MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& de
                mc.vocab_size, ds.vocab_size(), cfg.data.path);
   if (tc.seq_len > mc.max_seq_len)
     user_error("config: [train] seq_len ({}) exceeds the model's max_seq_len ({})", tc.seq_len, mc.max_seq_len);
+  // Initial weights learned on another tokenizer's ids would be trained on words they never saw.
+  const std::string init_tok = init_from_tokenizer(cfg.model.init_from);
+  if (!init_tok.empty() && read_file(init_tok, "tokenizer") != read_file(ds.tokenizer_path(), "tokenizer"))
+    user_error("config: [model] init_from {} comes with the tokenizer {}, but the dataset {} was tokenized with "
+               "another one ({}): prepare the data with --tokenizer {}",
+               cfg.model.init_from, init_tok, cfg.data.path, ds.tokenizer_path(), init_tok);
   cfg.model = mc;
 
+  // A mistyped NVMe path would surface only when a larger run first needs the tier.
+  for (const std::string& p : cfg.memory.nvme_paths) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(p, ec))
+      user_error("config: [memory] nvme_paths: {} is not a directory (create it on the NVMe drive first)", p);
+  }
   apply_device_budget(cfg.memory, device);  // compute_bytes = auto: the GPU's memory on CUDA
   MemoryConfig mem = cfg.memory;             // the config keeps "auto": a resume may have other ranks
   share_machine_memory(mem, device, local_ranks);
@@ -83,7 +116,7 @@ torch::TensorOptions working_options(const TrainConfig& tc, const torch::Device&
 uint64_t working_bytes(LlamaModel& model) {
   uint64_t bytes = 0;
   for (const Block& b : model.blocks()) bytes += static_cast<uint64_t>(b.data().nbytes());
-  return bytes;
+  return bytes + static_cast<uint64_t>(model.rope_cos().nbytes() + model.rope_sin().nbytes());
 }
 
 // [bcd] fixed_order as unit indices (order = "fixed"); UserError naming an unknown block.

@@ -10,7 +10,10 @@ namespace bcd {
 int64_t sample_token(const torch::Tensor& logits_in, const SampleOptions& opt, at::Generator& gen) {
   torch::Tensor logits = logits_in.detach().to(torch::kCPU, torch::kFloat32).reshape({-1});
   if (opt.temperature <= 0) return logits.argmax().item<int64_t>();
-  logits = logits / opt.temperature;
+  // In double, from the maximum down: a tiny temperature sends the others to -inf (greedy in
+  // the limit) instead of overflowing to inf - inf = nan.
+  logits = logits.to(torch::kFloat64);
+  logits = (logits - logits.max()) / opt.temperature;
   const int64_t v = logits.numel();
   auto sorted = logits.sort(/*dim=*/-1, /*descending=*/true);
   torch::Tensor vals = std::get<0>(sorted), idx = std::get<1>(sorted);
