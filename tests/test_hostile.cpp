@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -81,6 +82,39 @@ class HostileConfig : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::current_path(old_cwd_); }
 
+  // The tiny run every case starts from, then `extra` (the value under test last: it wins).
+  static std::vector<std::string> base_overrides(const std::string& run_dir, std::vector<std::string> extra) {
+    std::vector<std::string> ov = {
+        "--data.path=" + dir_->file("data"), "--train.run_dir=" + run_dir, "--train.steps=2",
+        "--train.batch_size=2", "--train.seq_len=16", "--train.val_batches=1", "--train.threads=1",
+        "--train.warmup_steps=0", "--model.d_model=32", "--model.n_heads=2", "--model.n_kv_heads=1",
+        "--model.n_layers=2", "--model.d_ff=64", "--model.max_seq_len=32", "--bcd.enabled=true",
+        "--bcd.switch_every=1", "--sample.prompts=['x']", "--sample.max_new_tokens=3"};
+    ov.insert(ov.end(), extra.begin(), extra.end());
+    return ov;
+  }
+
+  // Trains with `ov`; true when it trained, false when refused with a UserError; a failure of
+  // the test (naming `what`) for anything else.
+  static bool trains(const std::vector<std::string>& ov, const std::string& what) {
+    const bool verbose = std::getenv("BCD_HOSTILE_VERBOSE") != nullptr;
+    try {
+      run_training(load_config("", ov), /*quiet=*/true);
+      if (verbose) std::printf("trained  %s\n", what.c_str());
+      return true;
+    } catch (const UserError& e) {
+      EXPECT_FALSE(std::string(e.what()).empty()) << what;
+      if (verbose) std::printf("refused  %s: %s\n", what.c_str(), e.what());
+    } catch (const c10::Error& e) {
+      ADD_FAILURE() << what << ": torch error: " << e.what_without_backtrace();
+    } catch (const InternalError& e) {
+      ADD_FAILURE() << what << ": internal error: " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+    return false;
+  }
+
   // Sweeps every key of `section`; returns how many runs trained (the rest were refused).
   int sweep(const std::string& section) {
     Config defaults;
@@ -96,29 +130,8 @@ class HostileConfig : public ::testing::Test {
       for (const std::string& value : hostile_values(kind)) {
         if (kWorkNotMemory.count(full) && value.size() > 4) continue;
         const std::string run_dir = dir_->file("run" + std::to_string(n++));
-        std::vector<std::string> ov = {
-            "--data.path=" + dir_->file("data"), "--train.run_dir=" + run_dir, "--train.steps=2",
-            "--train.batch_size=2", "--train.seq_len=16", "--train.val_batches=1", "--train.threads=1",
-            "--train.warmup_steps=0", "--model.d_model=32", "--model.n_heads=2", "--model.n_kv_heads=1",
-            "--model.n_layers=2", "--model.d_ff=64", "--model.max_seq_len=32", "--bcd.enabled=true",
-            "--bcd.switch_every=1", "--sample.prompts=['x']", "--sample.max_new_tokens=3",
-            "--" + full + "=" + value};
         const std::string what = "--" + full + "=" + value;
-        const bool verbose = std::getenv("BCD_HOSTILE_VERBOSE") != nullptr;
-        try {
-          run_training(load_config("", ov), /*quiet=*/true);
-          ++trained;
-          if (verbose) std::printf("trained  %s\n", what.c_str());
-        } catch (const UserError& e) {
-          EXPECT_FALSE(std::string(e.what()).empty()) << what;
-          if (verbose) std::printf("refused  %s: %s\n", what.c_str(), e.what());
-        } catch (const c10::Error& e) {
-          ADD_FAILURE() << what << ": torch error: " << e.what_without_backtrace();
-        } catch (const InternalError& e) {
-          ADD_FAILURE() << what << ": internal error: " << e.what();
-        } catch (const std::exception& e) {
-          ADD_FAILURE() << what << ": " << e.what();
-        }
+        trained += trains(base_overrides(run_dir, {what}), what) ? 1 : 0;
         std::error_code ec;
         std::filesystem::remove_all(run_dir, ec);
       }
@@ -140,6 +153,35 @@ TEST_F(HostileConfig, Data) { EXPECT_EQ(sweep("data"), 0); }  // no path but the
 TEST_F(HostileConfig, Sample) { EXPECT_GT(sweep("sample"), 0); }
 TEST_F(HostileConfig, Memory) { EXPECT_GT(sweep("memory"), 0); }
 TEST_F(HostileConfig, Dist) { EXPECT_GT(sweep("dist"), 0); }
+
+// Every key of an HF config.json ([model] hf_config, init_from = "hf:DIR", import) with values
+// of every JSON type at the edges: each is refused naming the file or trains.
+TEST_F(HostileConfig, HfConfigJson) {
+  const nlohmann::json base = {{"model_type", "llama"},        {"hidden_size", 32},
+                               {"num_hidden_layers", 2},       {"num_attention_heads", 2},
+                               {"num_key_value_heads", 1},     {"intermediate_size", 64},
+                               {"max_position_embeddings", 32}, {"vocab_size", 512},
+                               {"rope_theta", 10000.0},        {"rms_norm_eps", 1e-5},
+                               {"tie_word_embeddings", false}, {"hidden_act", "silu"},
+                               {"rope_scaling", nullptr},      {"head_dim", 16},
+                               {"attention_bias", false},      {"mlp_bias", false}};
+  const std::vector<nlohmann::json> values = {-1, 0, 1, int64_t{1} << 62, 1e300, "x", nullptr, true, nlohmann::json::array()};
+  const std::string file = dir_->file("config.json");
+  int trained = 0, n = 0;
+  for (const auto& [key, _] : base.items()) {
+    for (const nlohmann::json& v : values) {
+      nlohmann::json j = base;
+      j[key] = v;
+      test::write_text(file, j.dump());
+      const std::string run_dir = dir_->file("hf" + std::to_string(n++));
+      const std::string what = "config.json " + key + " = " + v.dump();
+      trained += trains(base_overrides(run_dir, {"--model.hf_config=" + file}), what) ? 1 : 0;
+      std::error_code ec;
+      std::filesystem::remove_all(run_dir, ec);
+    }
+  }
+  EXPECT_GT(trained, 0);
+}
 
 // Every section of the config is swept above.
 TEST(HostileConfigCoverage, EverySectionHasATest) {

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 
 #include "model/weights.h"
@@ -88,6 +89,13 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
   if (m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0)
     user_error("{}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", path,
                m.n_heads, m.n_kv_heads);
+  if (m.head_dim() % 2 != 0)
+    user_error("{}: hidden_size / num_attention_heads = {} must be even for rotary embeddings", path, m.head_dim());
+  if (m.max_seq_len <= 0) user_error("{}: max_position_embeddings must be positive, got {}", path, m.max_seq_len);
+  if (!(m.rope_theta > 0) || !std::isfinite(m.rope_theta))
+    user_error("{}: rope_theta must be a positive number, got {}", path, m.rope_theta);
+  if (!(m.norm_eps > 0) || !std::isfinite(m.norm_eps))
+    user_error("{}: rms_norm_eps must be a positive number, got {}", path, m.norm_eps);
   return m;
 }
 
