@@ -417,7 +417,8 @@ TEST_F(DataParallel, AKilledRankStopsEveryRankAndTheLauncherNamesIt) {
 }
 
 // A rank that hangs (stopped, never answering): the others fail their next collective within
-// dist.timeout_s, naming it as a timeout, and the launcher kills the hung one after its grace.
+// dist.timeout_s, naming it as a timeout and naming the rank that did not answer, and the
+// launcher kills the hung one after its grace.
 TEST_F(DataParallel, AHungRankTimesOutTheOthersAndTheLauncherKillsIt) {
   const std::string run = path("hung");
   test::Background bg("launch --nproc 2 --grace 2 " + train("hung", 4, " --train.steps=100000 --dist.timeout_s=5"),
@@ -432,6 +433,7 @@ TEST_F(DataParallel, AHungRankTimesOutTheOthersAndTheLauncherKillsIt) {
   const std::string log = test::read_text(path("hung.log"));
   EXPECT_NE(code, 0) << log;
   EXPECT_NE(log.find("rank 0 of 2: all-reduce failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1 did not answer: stopped, hung or dead"), std::string::npos) << "names the hung one: " << log;
   EXPECT_NE(log.find("rank 1 (pid " + std::to_string(ranks[1]) + ") did not stop in 2 s: killed"), std::string::npos)
       << log;
   EXPECT_LT(waited, 5.0 + 2.0 + 20.0) << "timeout, grace and a margin for a slow machine";

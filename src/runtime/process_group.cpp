@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <deque>
 #include <optional>
+#include <thread>
 
 #if defined(BCD_HAVE_GLOO) || defined(BCD_HAVE_NCCL)
 #define BCD_HAVE_C10D 1
@@ -210,9 +211,44 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
 const std::string& ProcessGroup::backend() const { return impl_->backend; }
 const torch::Device& ProcessGroup::device() const { return impl_->device; }
 
+// After a failed collective: which ranks are still there. Every rank that fails posts a key in
+// the rendezvous store; this one waits a few seconds for the others' (the live ones time out in
+// the same collective at about the same time) and names those that posted nothing: stopped,
+// hung or dead. Costs nothing while the collectives succeed.
+std::string ProcessGroup::absent_ranks() const {
+#ifdef BCD_HAVE_C10D
+  if (!impl_->store) return "";
+  auto key = [](int r) { return "bcd/failed/" + std::to_string(r); };
+  try {
+    impl_->store->setTimeout(std::chrono::seconds(5));  // the store's own wait is the whole [dist] timeout
+    impl_->store->set(key(rank_), std::vector<uint8_t>{1});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    std::vector<int> absent;
+    for (;;) {
+      absent.clear();
+      for (int r = 0; r < world_size_; ++r)
+        if (r != rank_ && !impl_->store->check({key(r)})) absent.push_back(r);
+      if (absent.empty() || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (absent.empty()) return "every other rank failed it too";
+    std::string names;
+    for (size_t i = 0; i < absent.size() && i < 8; ++i) names += (i ? ", " : "") + std::to_string(absent[i]);
+    if (absent.size() > 8) names += fmt::format(" and {} more", absent.size() - 8);
+    return fmt::format("rank{} {} did not answer: stopped, hung or dead (see {} log)", absent.size() > 1 ? "s" : "",
+                       names, absent.size() > 1 ? "their" : "its");
+  } catch (const std::exception&) {
+    return rank_ == 0 ? "" : "rank 0, which serves the rendezvous store, is unreachable: stopped, hung or dead";
+  }
+#else
+  return "";
+#endif
+}
+
 void ProcessGroup::fail(const std::string& op, const std::exception& e) const {
-  user_error("rank {} of {}: {} failed (a rank stopped or the [dist] timeout passed): {}", rank_, world_size_, op,
-             e.what());
+  const std::string absent = world_size_ > 1 ? absent_ranks() : "";
+  user_error("rank {} of {}: {} failed (a rank stopped or the [dist] timeout passed){}: {}", rank_, world_size_, op,
+             absent.empty() ? "" : "; " + absent, e.what());
 }
 
 uint64_t ProcessGroup::start_all_reduce_sum(const torch::Tensor& t) {

@@ -74,6 +74,7 @@ class ProcessGroup {
   struct Impl;
   ProcessGroup(int rank, int world_size, std::unique_ptr<Impl> impl);
   [[noreturn]] void fail(const std::string& op, const std::exception& e) const;
+  std::string absent_ranks() const;  // after a failed collective: the ranks that did not fail it too
 
   int rank_ = 0, world_size_ = 1;
   uint64_t bytes_reduced_ = 0, bytes_gathered_ = 0;
