@@ -168,6 +168,15 @@ uint64_t rope_table_bytes(const ModelConfig& m, const std::string& dtype) {
   return 2 * static_cast<uint64_t>(m.max_seq_len) * static_cast<uint64_t>(m.head_dim()) * w;
 }
 
+ShardRange shard_range(int64_t elems, int rank, int ranks) {
+  BCD_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard_range: rank {} of {}", rank, ranks);
+  ShardRange r;
+  r.chunk = (elems + ranks - 1) / ranks;
+  r.begin = std::min<int64_t>(static_cast<int64_t>(rank) * r.chunk, elems);
+  r.len = std::min<int64_t>(r.chunk, elems - r.begin);
+  return r;
+}
+
 // ---- Activations ----
 
 // Bytes kept for backward while unit u is active, conservative (DESIGN.md §4: layers below
@@ -230,7 +239,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   MemoryPlan plan;
   plan.shards = std::max(shards, 1);
   // This rank's elements of a unit's (or block's) state: the largest slice (runtime/block_optimizer.h).
-  auto own = [&](int64_t elems) -> uint64_t { return static_cast<uint64_t>((elems + plan.shards - 1) / plan.shards); };
+  auto own = [&](int64_t elems) -> uint64_t { return static_cast<uint64_t>(shard_range(elems, 0, plan.shards).len); };
   const std::vector<BlockShape> shapes = block_shapes(model);
   plan.units = unit_shapes(model, bcd);
   plan.params = count_params(model);

@@ -47,6 +47,14 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& bc
 // LlamaModel's rotary cos and sin tables: 2 x max_seq_len x head_dim in the working dtype.
 uint64_t rope_table_bytes(const ModelConfig& model, const std::string& dtype);
 
+// The slice of a unit's S state elements that rank `rank` of `ranks` owns when the block state
+// is sharded (dist.shard_state): ceil(S / ranks) elements from rank * ceil(S / ranks), the last
+// ranks' slices shorter. The planner plans rank 0's, the largest.
+struct ShardRange {
+  int64_t begin = 0, len = 0, chunk = 0;  // chunk: ceil(S / ranks), what every rank sends
+};
+ShardRange shard_range(int64_t elems, int rank, int ranks);
+
 // ---- The plan ----
 
 struct StatePlacement {

@@ -12,15 +12,6 @@
 
 namespace bcd {
 
-ShardRange shard_range(int64_t elems, int rank, int ranks) {
-  BCD_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard_range: rank {} of {}", rank, ranks);
-  ShardRange r;
-  r.chunk = (elems + ranks - 1) / ranks;
-  r.begin = std::min<int64_t>(static_cast<int64_t>(rank) * r.chunk, elems);
-  r.len = std::min<int64_t>(r.chunk, elems - r.begin);
-  return r;
-}
-
 BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const OptimConfig& cfg,
                        bool keep_state, StateStorage storage)
     : model_(model),

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "memory/accounting.h"
+#include "memory/planner.h"
 #include "memory/stager.h"
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
@@ -34,13 +35,6 @@ struct SegmentState {
   torch::Tensor m, v;    // fp32 Adam moments; undefined when the segment holds none now
   int64_t step = 0;      // updates applied with these moments (bias correction)
 };
-
-// The slice of a unit's S state elements that rank `rank` of `ranks` owns: ceil(S / ranks)
-// elements from rank * ceil(S / ranks) (the last ranks' slices are shorter).
-struct ShardRange {
-  int64_t begin = 0, len = 0, chunk = 0;  // chunk: ceil(S / ranks), what every rank sends
-};
-ShardRange shard_range(int64_t elems, int rank, int ranks);
 
 // Where inactive state lives. The default: resident host copies, no budgets.
 struct StateStorage {

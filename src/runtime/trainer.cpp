@@ -199,7 +199,9 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
     if (run.can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
     run.reduce_gradients();                                      // mean over ranks (the rest of the buckets)
     const double world = run.pg->world_size();
-    s.loss = run.pg->sum_over_ranks({loss_sum})[0] / world / static_cast<double>(tc.grad_accum);
+    // The loss and whether any rank got a stop signal travel together: one small all-reduce.
+    const std::vector<double> sums = run.pg->sum_over_ranks({loss_sum, signals.fired() ? 1.0 : 0.0});
+    s.loss = sums[0] / world / static_cast<double>(tc.grad_accum);
     if (!std::isfinite(s.loss)) user_error("training diverged at step {}: loss is {}", step, s.loss);
     s.grad_norm = clip_grad_norm(run.model, tc.grad_clip);      // clip
     run.update(s.lr);                                            // AdamW
@@ -222,8 +224,10 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
     }
     switch_due = run.sched.step();
 
+    // One rank's signal stops all, at the step every rank saw it in the reduction above (a
+    // signal that came later stops the next step); a single rank stops at once.
     int stop = signals.fired();                                                 // checkpoint
-    if (run.pg->sum_over_ranks({static_cast<double>(stop)})[0] > 0 && !stop) stop = SIGTERM;  // one rank's signal stops all
+    if (run.pg->world_size() > 1) stop = sums[1] > 0 ? (stop ? stop : SIGTERM) : 0;
     const bool every = tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || step == tc.steps);
     if (run.can_checkpoint() && (stop || every)) {
       const auto tc0 = Clock::now();
