@@ -177,7 +177,10 @@ struct StateFileWriter::Impl {
   // failed write, crashes HDF5 1.10 (an extra reference keeps the C++ object from closing it);
   // the temporary file is removed by the destructor, so the previous file stays as it was.
   [[noreturn]] void fail(const std::string& what, int err) {
-    if (!failed && open) file.incRefCount(), g_abandoned.store(true);
+    if (!failed && open) {
+      file.incRefCount();
+      g_abandoned.store(true);
+    }
     failed = true;
     std::string space;
     struct statvfs sv {};

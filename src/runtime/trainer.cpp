@@ -115,6 +115,16 @@ struct RunAhead {
 [[noreturn]] void stop_on_io_error(RunSetup& run, RunAhead& ahead, bool switch_due, int64_t step, const IoError& e) {
   const int64_t done = step - 1;
   const std::string& dir = run.cfg.train.run_dir;
+  // The weights alone, the same on every rank: "" when written, else why not.
+  const std::string weights = fmt::format("{}/weights-step-{:08d}.h5", dir, done);
+  auto save_weights_file = [&]() -> std::string {
+    try {
+      save_weights(run.model, weights, config_to_toml(run.cfg));
+      return "";
+    } catch (const UserError& err) {
+      return err.what();
+    }
+  };
   std::string kept;
   if (done < run.first_step) {
     kept = "no step of this run had finished, so nothing was saved";
@@ -133,25 +143,19 @@ struct RunAhead {
       lost = again.what();
     }
     if (kept.empty()) {
-      const std::string w = fmt::format("{}/weights-step-{:08d}.h5", dir, done);
-      try {
-        save_weights(run.model, w, config_to_toml(run.cfg));
-        kept = fmt::format("the optimizer state could not be saved ({}), so it is lost; the weights of step {} are in "
-                           "{} (a start for model.init_from or export, not a resume)",
-                           lost, done, w);
-      } catch (const UserError& w_err) {
-        kept = fmt::format("nothing could be saved: the optimizer state ({}) nor the weights ({})", lost, w_err.what());
-      }
+      const std::string failed = save_weights_file();
+      kept = failed.empty()
+                 ? fmt::format("the optimizer state could not be saved ({}), so it is lost; the weights of step {} "
+                               "are in {} (a start for model.init_from or export, not a resume)",
+                               lost, done, weights)
+                 : fmt::format("nothing could be saved: the optimizer state ({}) nor the weights ({})", lost, failed);
     }
   } else if (run.is_root()) {
     // The other ranks wait in a collective: only what this rank holds alone can be written.
-    const std::string w = fmt::format("{}/weights-step-{:08d}.h5", dir, done);
-    try {
-      save_weights(run.model, w, config_to_toml(run.cfg));
-      kept = fmt::format("the weights of step {} are in {}; the sharded optimizer state is lost", done, w);
-    } catch (const UserError& w_err) {
-      kept = fmt::format("nothing could be saved ({})", w_err.what());
-    }
+    const std::string failed = save_weights_file();
+    kept = failed.empty()
+               ? fmt::format("the weights of step {} are in {}; the sharded optimizer state is lost", done, weights)
+               : fmt::format("nothing could be saved ({})", failed);
   } else {
     kept = "rank 0 keeps what can be kept";
   }
