@@ -10,15 +10,11 @@
 
 namespace bcd {
 
-namespace {
-// The compute stream: the legacy default stream, implicitly synchronising with LibTorch's work.
-cudaStream_t compute_stream() { return cudaStreamLegacy; }
-}  // namespace
-
 struct CudaCopyStreams::Impl {
   struct Copy {
     cudaEvent_t start = nullptr, end = nullptr;
   };
+  cudaStream_t compute = cudaStreamLegacy;  // where the training work runs
   cudaStream_t out = nullptr, in = nullptr;
   cudaEvent_t compute_mark = nullptr;   // re-recorded on the compute stream before each copy
   cudaEvent_t out_tail = nullptr;       // the latest copy_out's end
@@ -44,16 +40,18 @@ struct CudaCopyStreams::Impl {
   // Both copies touch the one compute image, so each follows everything issued before it that
   // touches the image too: the compute stream's work so far and the other stream's last copy.
   // (cudaStreamWaitEvent takes the event's state at the call, so re-recording a mark later is safe.)
+  // src == nullptr: zero dst.
   uint64_t copy(cudaStream_t s, cudaEvent_t tail, bool& any, cudaEvent_t other_tail, bool other_any, void* dst,
                 const void* src, size_t bytes, cudaMemcpyKind kind) {
-    CUDA_CHECK(cudaEventRecord(compute_mark, compute_stream()));
+    CUDA_CHECK(cudaEventRecord(compute_mark, compute));
     CUDA_CHECK(cudaStreamWaitEvent(s, compute_mark, 0));
     if (other_any) CUDA_CHECK(cudaStreamWaitEvent(s, other_tail, 0));
     Copy c;
     c.start = event(true);
     c.end = event(true);
     CUDA_CHECK(cudaEventRecord(c.start, s));
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+    if (src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+    else CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s));
     CUDA_CHECK(cudaEventRecord(c.end, s));
     CUDA_CHECK(cudaEventRecord(tail, s));
     any = true;
@@ -75,7 +73,8 @@ struct CudaCopyStreams::Impl {
   }
 };
 
-CudaCopyStreams::CudaCopyStreams() : impl_(std::make_unique<Impl>()) {
+CudaCopyStreams::CudaCopyStreams(void* compute_stream) : impl_(std::make_unique<Impl>()) {
+  if (compute_stream) impl_->compute = static_cast<cudaStream_t>(compute_stream);
   CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->out, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->in, cudaStreamNonBlocking));
   impl_->compute_mark = impl_->event(false);
@@ -106,6 +105,11 @@ uint64_t CudaCopyStreams::copy_in(void* device, const void* host, size_t bytes) 
   return m.copy(m.in, m.in_tail, m.any_in, m.out_tail, m.any_out, device, host, bytes, cudaMemcpyHostToDevice);
 }
 
+uint64_t CudaCopyStreams::zero(void* device, size_t bytes) {
+  Impl& m = *impl_;
+  return m.copy(m.in, m.in_tail, m.any_in, m.out_tail, m.any_out, device, nullptr, bytes, cudaMemcpyHostToDevice);
+}
+
 bool CudaCopyStreams::done(uint64_t token) {
   auto it = impl_->copies.find(token);
   if (it == impl_->copies.end()) return true;
@@ -128,8 +132,8 @@ void CudaCopyStreams::wait(uint64_t token) {
 
 void CudaCopyStreams::fence() {
   Impl& m = *impl_;
-  if (m.any_out) CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), m.out_tail, 0));
-  if (m.any_in) CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), m.in_tail, 0));
+  if (m.any_out) CUDA_CHECK(cudaStreamWaitEvent(m.compute, m.out_tail, 0));
+  if (m.any_in) CUDA_CHECK(cudaStreamWaitEvent(m.compute, m.in_tail, 0));
 }
 
 double CudaCopyStreams::copy_seconds() {

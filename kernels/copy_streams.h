@@ -1,5 +1,6 @@
 // Asynchronous host <-> device copies on dedicated CUDA streams, ordered by events against the
-// compute stream (the legacy default stream, which LibTorch uses unless told otherwise).
+// compute stream: the stream LibTorch enqueues the training work on (its current stream, handed
+// in by the caller; nullptr means the legacy default stream).
 // Includable from plain C++: no CUDA headers. Built on CUDA builds only.
 #pragma once
 
@@ -11,9 +12,10 @@ namespace bcd {
 
 class CudaCopyStreams {
  public:
-  // Two non-blocking streams (device -> host, host -> device) on the current device.
+  // Two non-blocking streams (device -> host, host -> device) on the current device, ordered
+  // against `compute_stream` (a cudaStream_t; nullptr: the legacy default stream).
   // Throws (CUDA_CHECK) when the runtime refuses.
-  CudaCopyStreams();
+  explicit CudaCopyStreams(void* compute_stream = nullptr);
   ~CudaCopyStreams();  // synchronises both streams, then destroys streams and events
   CudaCopyStreams(const CudaCopyStreams&) = delete;
   CudaCopyStreams& operator=(const CudaCopyStreams&) = delete;
@@ -24,6 +26,8 @@ class CudaCopyStreams {
   // H2D on the in stream after all work enqueued so far on the compute stream and every
   // copy_out issued so far.
   uint64_t copy_in(void* device, const void* host, size_t bytes);
+  // cudaMemsetAsync(0) on the in stream, ordered like copy_in.
+  uint64_t zero(void* device, size_t bytes);
   bool done(uint64_t token);   // cudaEventQuery; throws on an error status
   void wait(uint64_t token);   // cudaEventSynchronize
   void fence();                // compute stream waits for every copy issued so far

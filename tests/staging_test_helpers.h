@@ -91,6 +91,7 @@ inline Trained train_small(torch::ScalarType dtype, const std::string& order, co
     torch::Tensor batch = torch::randint(cfg.vocab_size, {2, 9}, torch::kInt64);
     torch::Tensor loss = model.loss(batch, units[sched.current()].lowest_block());
     loss.backward();
+    model.accumulate_grads();  // bf16: into the fp32 gradient the optimizer reads
     out.losses.push_back(loss.item<double>());
     opt.step(5e-3);
     if (sched.step()) opt.activate(sched.current());

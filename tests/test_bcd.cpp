@@ -7,6 +7,8 @@
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
 #include "runtime/block_optimizer.h"
+#include "runtime/cuda_torch.h"
+#include "runtime/flops.h"
 #include "runtime/optimizer.h"
 
 namespace bcd {
@@ -296,6 +298,107 @@ TEST(BcdOptimizer, OnlyTheActiveBlockChanges) {
   }
 }
 
+// FLOPs of a step, counted by hand for small_config (V 41, C 32, 3 layers, H 4, KV 2, D 8, F 48)
+// over 2 sequences of 12 tokens. Per token: a layer's matrices hold 1024 (wq) + 512 (wk) + 512
+// (wv) + 1024 (wo) + 3 * 1536 (MLP) = 7680 weights, 15360 FLOPs; causal attention 2 * 2 * 32 *
+// 13 / 2 = 832; the LM head 2 * 41 * 32 = 2624.
+TEST(StepFlops, ForwardEverywhereBackwardFromTheActiveUnitUp) {
+  const double tokens = 2 * 12, layer = 15360, attn = 832, head = 2624;
+  ModelConfig cfg = small_config();
+  {
+    LlamaModel m(cfg);
+    m.set_trainable(true);  // full-parameter: backward through everything, every weight gradient
+    const StepFlops f = micro_batch_flops(m, 0, 2, 12);
+    EXPECT_EQ(f.forward, tokens * (3 * (layer + attn) + head));
+    EXPECT_EQ(f.backward_input, tokens * (3 * (layer + 2 * attn) + head));
+    EXPECT_EQ(f.backward_weight, tokens * (3 * layer + head));
+    EXPECT_EQ(f.recompute, 0.0);
+  }
+  {
+    LlamaModel m(cfg);
+    m.block(2).set_trainable(true);  // layer.1 active: backward from block 2, weight gradients of its matrices only
+    const StepFlops f = micro_batch_flops(m, 2, 2, 12);
+    EXPECT_EQ(f.forward, tokens * (3 * (layer + attn) + head));
+    EXPECT_EQ(f.backward_input, tokens * (2 * (layer + 2 * attn) + head));
+    EXPECT_EQ(f.backward_weight, tokens * layer);
+    EXPECT_EQ(f.total(), f.forward + f.backward_input + f.backward_weight);
+  }
+  {
+    cfg.activation_checkpointing = true;  // layers with autograd run their forward twice
+    LlamaModel m(cfg);
+    m.block(2).set_trainable(true, "mlp");  // a part: only the MLP's three matrices
+    const StepFlops f = micro_batch_flops(m, 2, 2, 12);
+    EXPECT_EQ(f.recompute, tokens * 2 * (layer + attn));
+    EXPECT_EQ(f.backward_weight, tokens * 2 * 3 * 1536);
+  }
+  {
+    cfg.activation_checkpointing = false;
+    LlamaModel m(cfg);
+    m.block(4).set_trainable(true);  // the head: backward through the LM head alone
+    const StepFlops f = micro_batch_flops(m, 4, 2, 12);
+    EXPECT_EQ(f.backward_input, tokens * head);
+    EXPECT_EQ(f.backward_weight, tokens * head);
+  }
+}
+
+TEST(StepFlops, KnownGpusPeaks) {
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA GeForce RTX 4090", "bf16"), 165.2);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA GeForce RTX 4090", "fp32"), 82.6);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA A100-SXM4-80GB", "bf16"), 312.0);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA H100 PCIe", "bf16"), 756.5);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA H100 80GB HBM3", "bf16"), 989.4);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA H200", "bf16"), 989.4);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA H200 NVL", "bf16"), 835.5);
+  EXPECT_FALSE(gpu_peak_tflops("Tesla K80", "bf16").has_value());
+  EXPECT_FALSE(gpu_peak_tflops("", "fp32").has_value());
+}
+
+// bf16 working weights: a step's micro-batches are summed in fp32, exactly the fp32 sum of each
+// micro-batch's bf16 gradient taken alone, and not the bf16 sum autograd would leave.
+TEST(BcdOptimizer, Bf16MicroBatchGradientsAreSummedInFp32) {
+  ModelConfig cfg = small_config();
+  LlamaModel m(cfg, torch::kBFloat16);
+  m.init_weights(23);
+  const int from = 1;  // layer.0 and everything above it train
+  for (int b = from; b < m.n_blocks(); ++b) m.block(b).set_trainable(true);
+  constexpr int kMicro = 8;
+  // Reference: each micro-batch's gradient alone, summed in fp32 in the same order.
+  std::vector<torch::Tensor> want, bf16_sum;
+  for (int b = 0; b < m.n_blocks(); ++b) {
+    want.push_back(b >= from ? torch::zeros({m.block(b).numel()}, torch::kFloat32) : torch::Tensor());
+    bf16_sum.push_back(b >= from ? torch::zeros({m.block(b).numel()}, torch::kBFloat16) : torch::Tensor());
+  }
+  for (int i = 0; i < kMicro; ++i) {
+    m.zero_grad();
+    (m.loss(batch_for(i, cfg.vocab_size), from) / kMicro).backward();
+    for (int b = from; b < m.n_blocks(); ++b) {
+      want[b] += m.block(b).autograd_grad().to(torch::kFloat32);
+      bf16_sum[b] += m.block(b).autograd_grad();
+    }
+  }
+  // What the trainer does: backward after backward, each added into the fp32 sum.
+  m.zero_grad();
+  for (int i = 0; i < kMicro; ++i) {
+    (m.loss(batch_for(i, cfg.vocab_size), from) / kMicro).backward();
+    m.accumulate_grads();
+  }
+  bool bf16_differs = false;
+  for (int b = from; b < m.n_blocks(); ++b) {
+    const Block& blk = m.block(b);
+    ASSERT_TRUE(blk.sums_grad_in_fp32());
+    ASSERT_EQ(blk.grad().scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::equal(blk.grad(), want[b])) << blk.name();
+    EXPECT_EQ(blk.autograd_grad().abs().max().item<float>(), 0.0f) << "the autograd buffer is left empty";
+    bf16_differs |= !torch::equal(bf16_sum[b].to(torch::kFloat32), want[b]);
+  }
+  EXPECT_TRUE(bf16_differs) << "the batches are meant to be ones where bf16 accumulation rounds";
+  // fp32 blocks keep one buffer: autograd's is the sum.
+  LlamaModel f(cfg);
+  f.block(1).set_trainable(true);
+  EXPECT_FALSE(f.block(1).sums_grad_in_fp32());
+  EXPECT_TRUE(f.block(1).grad().is_same(f.block(1).autograd_grad()));
+}
+
 TEST(BcdOptimizer, Bf16WorkingWeightsFollowTheFp32Master) {
   ModelConfig cfg = small_config();
   LlamaModel m(cfg, torch::kBFloat16);
@@ -307,6 +410,7 @@ TEST(BcdOptimizer, Bf16WorkingWeightsFollowTheFp32Master) {
   for (int t = 0; t < 3; ++t) {
     m.zero_grad();
     m.loss(batch_for(t, cfg.vocab_size), units[1].lowest_block()).backward();
+    m.accumulate_grads();  // bf16: into the fp32 gradient the optimizer reads
     opt.step(1e-2);
   }
   const Block& b = m.block(1);

@@ -3,6 +3,7 @@
 // Labelled gpu; each test skips, saying why, without a CUDA build, a device, or CUDA LibTorch.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -68,7 +69,7 @@ void CUDART_CB sleep_on_stream(void* ms) {
 TEST(CudaCopier, CopiesOrderedAgainstTheComputeStream) {
   SKIP_WITHOUT_DEVICE();
   const uint64_t n = 64 * kMiB;
-  auto c = make_cuda_copier();
+  auto c = make_cuda_copier(nullptr);
   EXPECT_TRUE(c->on_cuda());
   DeviceArray<char> image(n);
   PinnedBuffer out(n), in(n), seen(n), out2(n);
@@ -146,12 +147,52 @@ TEST(CudaStager, SwapsReturnWhatWentHome) {
   SKIP_WITHOUT_DEVICE();                                                             \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "LibTorch here is built without CUDA"
 
+// cuBLAS reads its workspace configuration when its first handle is made: set for the whole
+// binary, before any test runs, so deterministic mode finds it in force.
+const bool kCublasDeterministic = setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0) == 0;
+
+// Deterministic GPU kernels for a bitwise comparison, for one scope. Deterministic mode raises on
+// an op without a deterministic kernel rather than warning: a warning would let the op run and
+// the comparison flake. Attention takes SDPA's math path: the fused kernels' backward accumulates
+// with atomics in an order that varies from run to run.
+class DeterministicGpu {
+ public:
+  DeterministicGpu() {
+    auto& ctx = at::globalContext();
+    det_ = ctx.deterministicAlgorithms(), warn_ = ctx.deterministicAlgorithmsWarnOnly();
+    ctx.setDeterministicAlgorithms(true, /*warn_only=*/false);
+#if TORCH_VERSION_MAJOR >= 2
+    flash_ = ctx.userEnabledFlashSDP(), mem_ = ctx.userEnabledMemEfficientSDP();
+    ctx.setSDPUseFlash(false), ctx.setSDPUseMemEfficient(false);
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 3
+    cudnn_ = ctx.userEnabledCuDNNSDP();
+    ctx.setSDPUseCuDNN(false);
+#endif
+#endif
+  }
+  ~DeterministicGpu() {
+    auto& ctx = at::globalContext();
+    ctx.setDeterministicAlgorithms(det_, warn_);
+#if TORCH_VERSION_MAJOR >= 2
+    ctx.setSDPUseFlash(flash_), ctx.setSDPUseMemEfficient(mem_);
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 3
+    ctx.setSDPUseCuDNN(cudnn_);
+#endif
+#endif
+  }
+  DeterministicGpu(const DeterministicGpu&) = delete;
+  DeterministicGpu& operator=(const DeterministicGpu&) = delete;
+
+ private:
+  bool det_ = false, warn_ = false, flash_ = true, mem_ = true, cudnn_ = true;
+};
+
 // BCD on the GPU with moments on NVMe: the same as with moments in host memory (the copies move
-// bytes, never change them; deterministic algorithms), and close to the CPU run.
+// bytes, never change them; deterministic kernels), and close to the CPU run.
 TEST(CudaTraining, NvmeHomesEqualHostHomesAndTrackTheCpu) {
   SKIP_WITHOUT_TORCH_CUDA();
-  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
-  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  ASSERT_TRUE(kCublasDeterministic);
+  const DeterministicGpu deterministic;
   test::TempDir dir("bcd-cuda-staging");
   const torch::Device gpu(torch::kCUDA, 0);
   for (bool bf16 : {false, true}) {

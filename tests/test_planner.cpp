@@ -167,6 +167,28 @@ TEST(Planner, RotaryTablesAreCountedOnCompute) {
   EXPECT_NE(longer.why_not.find("compute tier needs"), std::string::npos) << longer.why_not;
 }
 
+// A fused attention kernel (scaled_dot_product_attention on a GPU with LibTorch 2.x) keeps no
+// T x T scores: at 8k context the scores alone would be 16 GiB for one layer of a 7B model, and
+// counting them refused a run that fits a 24 GiB card.
+TEST(Planner, FusedAttentionCountsNoScoreMatrix) {
+  ModelConfig m = llama2_7b();
+  m.max_seq_len = 8192;
+  const TrainConfig t = bf16_train(1, 8192);
+  UnitShape top;
+  top.first_layer = static_cast<int>(m.n_layers) - 1;  // one layer with autograd
+  const uint64_t scores = estimate_activation_bytes(m, t, top, false) - estimate_activation_bytes(m, t, top, true);
+  EXPECT_EQ(scores, uint64_t{8192} * ((2 * 2 + 4) * 32 * 8192 - 4 * 32));  // per token: scores, probs, cast; vs one fp32 LSE per head
+  m.activation_checkpointing = true;
+  BcdConfig b;
+  b.enabled = true;
+  const MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
+  const MemoryPlan fused = plan_memory(m, b, t, mem, 1, /*fused_attention=*/true);
+  const MemoryPlan materialised = plan_memory(m, b, t, mem, 1, /*fused_attention=*/false);
+  EXPECT_TRUE(fused.fits) << fused.why_not;
+  EXPECT_FALSE(materialised.fits);
+  EXPECT_LT(fused.compute.activations + 15 * kGiB, materialised.compute.activations);
+}
+
 // A look-ahead so deep that its pool size wraps 64 bits is refused, not a tiny pool.
 TEST(Planner, HugePrefetchDepthDoesNotWrap) {
   BcdConfig b;
@@ -187,9 +209,10 @@ TEST(Planner, FullAdamW7bDoesNotFit24GiB) {
   BcdConfig b;
   b.enabled = false;
   const MemoryPlan p = plan_memory(m, b, bf16_train(1, 2048), budgets(24 * kGiB, 0, 64 * kGiB, {}));
-  // working 2 + master 4 + m 4 + v 4 + grad 2 bytes per parameter, all on the GPU
+  // working 2 + master 4 + m 4 + v 4 + grad 2 (autograd's) + 4 (the fp32 sum over micro-batches)
+  // bytes per parameter, all on the GPU
   const double per_param = static_cast<double>(p.compute.total() - p.compute.activations) / static_cast<double>(p.params);
-  EXPECT_NEAR(per_param, 16.0, 0.01);
+  EXPECT_NEAR(per_param, 20.0, 0.01);
   EXPECT_EQ(p.pinned.staging, 0u);
   EXPECT_EQ(p.host.total(), 0u);
   EXPECT_FALSE(p.fits);
@@ -210,7 +233,7 @@ TEST(Planner, BcdPlacesActiveUnitOnCompute) {
   EXPECT_EQ(p.units[p.deepest_unit].name, "embed");
   const int64_t layer = 202383360;  // 4*4096^2 + 3*4096*11008 + 2*4096, a multiple of 16
   EXPECT_EQ(p.compute.by_kind[static_cast<int>(StateKind::kAdamM)], static_cast<uint64_t>(layer) * 4);
-  EXPECT_EQ(p.compute.by_kind[static_cast<int>(StateKind::kGrad)], static_cast<uint64_t>(layer) * 2);
+  EXPECT_EQ(p.compute.by_kind[static_cast<int>(StateKind::kGrad)], static_cast<uint64_t>(layer) * (2 + 4));  // bf16 + fp32 sum
   EXPECT_EQ(p.pinned.staging, 2u * 12 * layer);
   // every byte of inactive master/m/v has exactly one home: host or NVMe
   uint64_t state = 0;
@@ -271,8 +294,8 @@ TEST(Planner, ShardedStateIsAQuarterPerRankOfFour) {
   const int64_t layer = 202383360;  // a multiple of 4: every rank's slice is exactly a quarter
   for (StateKind k : {StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV})
     EXPECT_EQ(four.compute.by_kind[static_cast<int>(k)], static_cast<uint64_t>(layer)) << state_kind_name(k);
-  EXPECT_EQ(four.compute.by_kind[static_cast<int>(StateKind::kGrad)], static_cast<uint64_t>(layer) * 2)
-      << "the gradient stays whole: it is all-reduced";
+  EXPECT_EQ(four.compute.by_kind[static_cast<int>(StateKind::kGrad)], static_cast<uint64_t>(layer) * (2 + 4))
+      << "the gradient (bf16, and its fp32 sum) stays whole: it is all-reduced";
   EXPECT_EQ(four.pinned.staging, 2u * 3 * layer);
   EXPECT_EQ(four.host.total(), static_cast<uint64_t>(four.params) * 3) << "12 bytes/param over 4 ranks";
   EXPECT_NE(format_plan(four).find("sharded over 4 ranks"), std::string::npos);

@@ -58,7 +58,8 @@ TEST(Accounting, OverBudgetIsRefusedWithTheNumbers) {
 
 TEST(SlabPool, FixedSlabsAlignedAndCharged) {
   MemoryAccounting a;
-  SlabPool p(3, 5000, &a);
+  SlabPool p(3, 5000, &a, /*page_lock=*/false);
+  EXPECT_FALSE(p.page_locked());  // a CPU run never pins, GPU or not
   EXPECT_EQ(p.slab_bytes(), 8192u);
   EXPECT_EQ(a.usage(Pool::kPinned).now[kUseStaging], 3u * 8192);
   std::vector<int> got;

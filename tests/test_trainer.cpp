@@ -88,10 +88,15 @@ TEST(Trainer, ClipScalesTheGlobalNorm) {
   model.set_trainable(true);
   torch::manual_seed(3);
   model.loss(torch::randint(16, {2, 9}, torch::kInt64)).backward();
-  const double norm = clip_grad_norm(model, 0.0);  // measure only
+  const double norm = clip_grad_norm(model, 0.0).item<double>();  // measure only
   ASSERT_GT(norm, 0.0);
-  EXPECT_NEAR(clip_grad_norm(model, norm / 4), norm, 1e-9 * norm);
-  EXPECT_NEAR(clip_grad_norm(model, 0.0), norm / 4, 1e-4 * norm);
+  // Under the limit the gradients stay bitwise as they are.
+  std::vector<torch::Tensor> before;
+  for (Block& b : model.blocks()) before.push_back(b.grad().clone());
+  EXPECT_EQ(clip_grad_norm(model, 2 * norm).item<double>(), norm);
+  for (int b = 0; b < model.n_blocks(); ++b) EXPECT_TRUE(torch::equal(model.block(b).grad(), before[b]));
+  EXPECT_NEAR(clip_grad_norm(model, norm / 4).item<double>(), norm, 1e-9 * norm);
+  EXPECT_NEAR(clip_grad_norm(model, 0.0).item<double>(), norm / 4, 1e-4 * norm);
 }
 
 TEST_F(TrainerRun, TinyConfigLearnsIn30Steps) {
@@ -148,6 +153,20 @@ TEST_F(TrainerRun, SameSeedSameLosses) {
     EXPECT_EQ(runs[0][i]["loss"].get<double>(), runs[1][i]["loss"].get<double>()) << "step " << i + 1;
     EXPECT_EQ(runs[0][i]["grad_norm"].get<double>(), runs[1][i]["grad_norm"].get<double>()) << "step " << i + 1;
   }
+}
+
+// The loss is read on logged steps only (a GPU step is not drained for it), so a run that blows
+// up stops at the next logged step, saying where it was first seen, with exit 2 and no model.h5.
+TEST_F(TrainerRun, DivergenceStopsAtTheNextLoggedStep) {
+  const std::string run = run_dir("diverge");
+  auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+                              " --model.n_layers=2 --train.steps=12 --train.log_every=4 --train.warmup_steps=0"
+                              " --train.lr=1e30 --train.grad_clip=0 --train.val_every=0 --sample.prompts='[]' --quiet"
+                              " --train.run_dir=" + run);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training diverged at step 4: loss is"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("read every 4 steps"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(run + "/model.h5"));
 }
 
 }  // namespace

@@ -285,6 +285,7 @@ void validate_config(const Config& c) {
   if (t.min_lr_ratio < 0 || t.min_lr_ratio > 1)
     user_error("config: [train] min_lr_ratio must be in [0, 1], got {}", t.min_lr_ratio);
   if (t.grad_clip < 0) user_error("config: [train] grad_clip must be >= 0");
+  if (t.peak_tflops < 0) user_error("config: [train] peak_tflops must be >= 0 (0 = from the GPU's name)");
   if (t.val_every < 0) user_error("config: [train] val_every must be >= 0");
   if (t.threads < 0) user_error("config: [train] threads must be >= 0");
   if (t.run_dir.empty()) user_error("config: [train] run_dir must not be empty");

@@ -83,6 +83,8 @@ struct TrainConfig {
   int64_t keep_checkpoints = 3;   // newest checkpoints kept; 0 = all
   std::string dtype = "fp32";     // working weights dtype
   std::string device = "cpu";     // compute device: cpu, cuda, auto (cuda when usable)
+  double peak_tflops = 0;         // the device's peak TFLOP/s for MFU; 0 = known GPUs' data sheet
+  bool save_model = true;         // write model.h5 and samples.txt at the end (false: measurements)
 
   template <class V>
   void visit(V& v) {
@@ -104,6 +106,8 @@ struct TrainConfig {
     v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run_dir>/checkpoints; 0 = all");
     v("dtype", dtype, "working weights dtype: fp32, or bf16 (with an fp32 master copy per block)");
     v("device", device, "compute device: \"cpu\", \"cuda\" (the compute tier is GPU memory; needs a CUDA build and device), or \"auto\" (cuda when usable)");
+    v("save_model", save_model, "write <run_dir>/model.h5 and samples.txt when the run ends; false for measuring runs (a 7B model.h5 is 27 GB)");
+    v("peak_tflops", peak_tflops, "the device's dense peak TFLOP/s in the working dtype, for the MFU in metrics.jsonl; 0 = from a table of known GPUs (none on the CPU)");
   }
 };
 

@@ -37,6 +37,7 @@ class ThreadCopier final : public ComputeCopier {
   Token copy_in(void* compute, const void* pinned, uint64_t bytes) override {
     return enqueue(compute, pinned, bytes);
   }
+  Token zero(void* compute, uint64_t bytes) override { return enqueue(compute, nullptr, bytes); }
   bool done(Token t) override {
     std::lock_guard<std::mutex> lk(mu_);
     return finished_ >= t;
@@ -55,7 +56,7 @@ class ThreadCopier final : public ComputeCopier {
  private:
   struct Job {
     void* dst;
-    const void* src;
+    const void* src;  // nullptr: zero dst
     uint64_t bytes;
   };
 
@@ -77,7 +78,8 @@ class ThreadCopier final : public ComputeCopier {
       const Job j = queue_.front();
       lk.unlock();
       const auto t0 = std::chrono::steady_clock::now();
-      std::memcpy(j.dst, j.src, j.bytes);
+      if (j.src) std::memcpy(j.dst, j.src, j.bytes);
+      else std::memset(j.dst, 0, j.bytes);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       lk.lock();
       queue_.pop_front();
@@ -101,12 +103,14 @@ class ThreadCopier final : public ComputeCopier {
 // ---- CUDA: dedicated streams, events ----
 class CudaCopier final : public ComputeCopier {
  public:
+  explicit CudaCopier(void* compute_stream) : s_(compute_stream) {}
   Token copy_out(void* pinned, const void* compute, uint64_t bytes) override {
     return s_.copy_out(pinned, compute, bytes);
   }
   Token copy_in(void* compute, const void* pinned, uint64_t bytes) override {
     return s_.copy_in(compute, pinned, bytes);
   }
+  Token zero(void* compute, uint64_t bytes) override { return s_.zero(compute, bytes); }
   bool done(Token t) override { return s_.done(t); }
   void wait(Token t) override { s_.wait(t); }
   void fence() override { s_.fence(); }
@@ -122,10 +126,10 @@ class CudaCopier final : public ComputeCopier {
 
 std::unique_ptr<ComputeCopier> make_thread_copier() { return std::make_unique<ThreadCopier>(); }
 
-std::unique_ptr<ComputeCopier> make_cuda_copier() {
+std::unique_ptr<ComputeCopier> make_cuda_copier(void* compute_stream) {
 #ifdef BCD_HAVE_CUDA_KERNELS
   if (!cuda_device_usable()) user_error("memory: compute state is on CUDA but no CUDA device is usable");
-  return std::make_unique<CudaCopier>();
+  return std::make_unique<CudaCopier>(compute_stream);
 #else
   user_error("memory: compute state is on CUDA but this build has no CUDA kernels (configure with -DBCD_CUDA=ON)");
 #endif

@@ -20,6 +20,10 @@ class ComputeCopier {
   virtual Token copy_out(void* pinned, const void* compute, uint64_t bytes) = 0;
   // pinned -> compute: after the compute side's last use of the image, and the last copy_out.
   virtual Token copy_in(void* compute, const void* pinned, uint64_t bytes) = 0;
+  // Zeroes compute memory, ordered like a copy_in (after the compute side's work so far and the
+  // last copy_out): a unit starting with fresh moments does not make its step wait for the
+  // previous unit's image to leave.
+  virtual Token zero(void* compute, uint64_t bytes) = 0;
   // Host side: has the copy finished (its pinned buffer may be reused / handed to the I/O queue)?
   virtual bool done(Token t) = 0;
   virtual void wait(Token t) = 0;
@@ -34,8 +38,9 @@ class ComputeCopier {
 
 // CPU builds and host compute memory: memcpy on one worker thread, in issue order.
 std::unique_ptr<ComputeCopier> make_thread_copier();
-// Compute memory on the current CUDA device; the compute stream is the legacy default stream
-// (LibTorch's default). UserError when the build has no CUDA kernels or no device is usable.
-std::unique_ptr<ComputeCopier> make_cuda_copier();
+// Compute memory on the current CUDA device; `compute_stream` is the cudaStream_t the compute
+// side enqueues on (LibTorch's current stream; nullptr: the legacy default stream). UserError
+// when the build has no CUDA kernels or no device is usable.
+std::unique_ptr<ComputeCopier> make_cuda_copier(void* compute_stream);
 
 }  // namespace bcd

@@ -182,20 +182,23 @@ ShardRange shard_range(int64_t elems, int rank, int ranks) {
 // Bytes kept for backward while unit u is active, conservative (DESIGN.md §4: layers below
 // the unit run without autograd). B = batch, T = seq_len, C = d_model, F = d_ff, H = heads,
 // V = vocab, w = working dtype bytes, n = layers at or above the unit's first layer.
-//   per layer   A = B*T * (w * (16*C + 4*F) + (2*w + 4) * H*T)
+//   per layer   A = B*T * (w * (16*C + 4*F) + S)
 //                 16*C: norm inputs/outputs (fp32 in RMSNorm), q/k/v, rotary copies, GQA repeats,
 //                 attention output, residuals; 4*F: gate, up, silu(gate), product;
-//                 (2w+4)*H*T: scores (w), fp32 softmax probs (4) and their cast back (w).
+//                 S, attention's own: (2w+4)*H*T when scores are materialised (matmul + softmax:
+//                 scores (w), fp32 softmax probs (4) and their cast back (w)), else 4*H (a fused
+//                 kernel keeps one fp32 log-sum-exp per row; no T x T buffer).
 //   logits      B*T*V * (w + 2*4)   working-dtype logits, fp32 log-softmax and its gradient
 //   no checkpointing:   n*A + logits
 //   checkpointing:      n * B*T*C*w (each layer's input) + A (one layer recomputed) + logits
-uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, const UnitShape& u) {
+uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, const UnitShape& u, bool fused_attention) {
   const double w = t.dtype == "bf16" ? 2.0 : 4.0;
   const double bt = static_cast<double>(t.batch_size) * static_cast<double>(t.seq_len);
   const double c = static_cast<double>(m.d_model), f = static_cast<double>(m.ff_dim());
   const double h = static_cast<double>(m.n_heads), tt = static_cast<double>(t.seq_len);
   const double n = static_cast<double>(std::max<int64_t>(0, m.n_layers - u.first_layer));
-  const double layer = bt * (w * (16 * c + 4 * f) + (2 * w + 4) * h * tt);
+  const double scores = fused_attention ? 4 * h : (2 * w + 4) * h * tt;
+  const double layer = bt * (w * (16 * c + 4 * f) + scores);
   const double logits = bt * static_cast<double>(m.vocab_size) * (w + 8);
   double total;
   if (m.activation_checkpointing) total = n * bt * c * w + (n > 0 ? layer : 0.0) + logits;
@@ -235,7 +238,7 @@ uint64_t MemoryPlan::home_bytes(Tier tier, StateKind k) const {
 // ---- Planning ----
 
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
-                       const MemoryConfig& mem, int shards) {
+                       const MemoryConfig& mem, int shards, bool fused_attention) {
   MemoryPlan plan;
   plan.shards = std::max(shards, 1);
   // This rank's elements of a unit's (or block's) state: the largest slice (runtime/block_optimizer.h).
@@ -247,6 +250,9 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   const uint64_t w = train.dtype == "bf16" ? 2 : 4;
   const bool separate_master = train.dtype != "fp32";  // else the working buffer is the master
   const bool keep_moments = single || bcd.state_on_switch == "keep";
+  // Gradient bytes per element: autograd's buffer in the working dtype, plus for bf16 the fp32
+  // sum over micro-batches the optimizer reads (model/block.h).
+  const uint64_t gw = separate_master ? w + 4 : w;
   auto kind = [](StateKind k) { return static_cast<int>(k); };
 
   // Per-unit bytes of the kinds that need an off-compute home between visits.
@@ -260,10 +266,10 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   uint64_t best = 0, max_state = 0, max_grad = 0;
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const UnitShape& u = plan.units[i];
-    const uint64_t s = own(u.state_elems) * 4 * (separate_master ? 3 : 2) + static_cast<uint64_t>(u.grad_elems) * w;
+    const uint64_t s = own(u.state_elems) * 4 * (separate_master ? 3 : 2) + static_cast<uint64_t>(u.grad_elems) * gw;
     if (i == 0 || s > best) best = s, plan.largest_unit = static_cast<int>(i);
     max_state = std::max(max_state, own(u.state_elems) * 4);
-    max_grad = std::max(max_grad, static_cast<uint64_t>(u.grad_elems) * w);
+    max_grad = std::max(max_grad, static_cast<uint64_t>(u.grad_elems) * gw);
   }
   const UnitShape& big = plan.units[plan.largest_unit];
   for (const auto& s : shapes) plan.compute.by_kind[kind(StateKind::kWorking)] += static_cast<uint64_t>(s.numel) * w;
@@ -275,7 +281,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   plan.activations_estimated = mem.activation_bytes.is_auto;
   uint64_t act = 0;
   for (size_t i = 0; i < plan.units.size(); ++i) {
-    const uint64_t a = estimate_activation_bytes(model, train, plan.units[i]);
+    const uint64_t a = estimate_activation_bytes(model, train, plan.units[i], fused_attention);
     if (i == 0 || a > act) act = a, plan.deepest_unit = static_cast<int>(i);
   }
   plan.compute.activations = mem.activation_bytes.is_auto ? act : mem.activation_bytes.value;
@@ -330,7 +336,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     const uint64_t st = own(trained[b]) * 4;
     if (trained[b] > 0) {
       const Tier home = single ? Tier::kCompute : plan.unit_home[block_unit[b]];
-      bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(shapes[b].numel) * w, single, Tier::kCompute};
+      bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(shapes[b].numel) * gw, single, Tier::kCompute};
       if (separate_master) bp.state[kind(StateKind::kMaster)] = {st, true, home};
       bp.state[kind(StateKind::kAdamM)] = {st, keep_moments, home};
       bp.state[kind(StateKind::kAdamV)] = {st, keep_moments, home};

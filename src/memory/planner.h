@@ -106,11 +106,14 @@ struct MemoryPlan {
 // Plans a run (of one rank). model.vocab_size must be resolved (> 0); model.hf_config is not
 // read. `shards` > 1: the block state is sharded over that many ranks and this rank holds the
 // largest slice of each unit, ceil(S / shards) elements (dist.shard_state).
+// `fused_attention`: attention runs in a fused kernel that keeps no T x T score matrix
+// (model/llama.h: attention_keeps_scores); false counts the scores (conservative).
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
-                       const MemoryConfig& memory, int shards = 1);
+                       const MemoryConfig& memory, int shards = 1, bool fused_attention = false);
 
 // Activation bytes on the compute tier while unit `u` is active (formula in planner.cpp).
-uint64_t estimate_activation_bytes(const ModelConfig& model, const TrainConfig& train, const UnitShape& u);
+uint64_t estimate_activation_bytes(const ModelConfig& model, const TrainConfig& train, const UnitShape& u,
+                                   bool fused_attention = false);
 
 // The `bcdtrain plan` report: tier table, per-block placements, "fits" / "does not fit: ...".
 std::string format_plan(const MemoryPlan& plan);

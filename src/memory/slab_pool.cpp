@@ -13,15 +13,17 @@
 
 namespace bcd {
 
-SlabPool::SlabPool(int count, uint64_t slab_bytes, MemoryAccounting* acct)
+SlabPool::SlabPool(int count, uint64_t slab_bytes, MemoryAccounting* acct, bool page_lock)
     : slab_bytes_(align_up(slab_bytes)), in_use_(static_cast<size_t>(count), false) {
   BCD_CHECK(count >= 0, "slab count {}", count);
   const uint64_t total = bytes();
   if (total == 0) return;
   charge_ = Charge(acct, Pool::kPinned, kUseStaging, total);
 #ifdef BCD_HAVE_CUDA_KERNELS
-  base_ = static_cast<char*>(cuda_pinned_alloc(total));
-  cuda_ = base_ != nullptr;
+  if (page_lock) {
+    base_ = static_cast<char*>(cuda_pinned_alloc(total));
+    cuda_ = base_ != nullptr;
+  }
 #endif
   if (!base_) {
     base_ = static_cast<char*>(std::aligned_alloc(kIoAlign, total));

@@ -1,7 +1,8 @@
 // The pinned staging pool: a fixed number of equal slabs, allocated once (DESIGN.md §2: never
 // one pinned allocation per tensor). Slabs are 4 KiB aligned and sized in 4 KiB multiples, so
-// they are O_DIRECT buffers too. cudaHostAlloc'd when a CUDA device is present, else aligned
-// host memory. Not thread-safe: one owner (the stager) hands slabs out.
+// they are O_DIRECT buffers too. Page-locked (cudaHostAlloc) when asked for and a CUDA device is
+// usable, else aligned host memory: a CPU run never pins memory it does not need pinned, even on
+// a machine with a GPU. Not thread-safe: one owner (the stager) hands slabs out.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,8 @@ class SlabPool {
  public:
   SlabPool() = default;
   // Charges count * slab_bytes (rounded up to 4 KiB) to the pinned pool of `acct`.
-  SlabPool(int count, uint64_t slab_bytes, MemoryAccounting* acct);
+  // `page_lock`: the slabs feed CUDA copies (cudaHostAlloc; page_locked() says if it worked).
+  SlabPool(int count, uint64_t slab_bytes, MemoryAccounting* acct, bool page_lock);
   ~SlabPool();
   SlabPool(const SlabPool&) = delete;
   SlabPool& operator=(const SlabPool&) = delete;

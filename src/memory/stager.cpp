@@ -53,9 +53,9 @@ Stager::Stager(std::vector<StagedUnit> units, StagerOptions opts, MemoryAccounti
     if (su.home == Tier::kNvme) objects_[u] = store_->create("unit." + su.name, su.bytes());
     else host_[u] = AlignedBuffer(su.bytes());
   }
-  pool_ = std::make_unique<SlabPool>(largest > 0 ? opts_.prefetch_depth + 1 : 0, largest, acct_);
+  pool_ = std::make_unique<SlabPool>(largest > 0 ? opts_.prefetch_depth + 1 : 0, largest, acct_, opts_.compute_on_cuda);
   if (store_) store_->register_buffer(pool_->base(), pool_->bytes());
-  copier_ = opts_.compute_on_cuda ? make_cuda_copier() : make_thread_copier();
+  copier_ = opts_.compute_on_cuda ? make_cuda_copier(opts_.compute_stream) : make_thread_copier();
   // Async copies from pageable memory are synchronous: the overlap would be silently lost.
   if (opts_.compute_on_cuda && pool_->bytes() > 0 && !pool_->page_locked())
     user_error("memory: the pinned staging pool ({:.1f} MiB) could not be page-locked (cudaHostAlloc failed); "
@@ -246,6 +246,10 @@ bool Stager::swap(int from, int to, void* compute) {
   stats_.stall_s += stall;
   stats_.last_stall_s = stall;
   return in >= 0;
+}
+
+void Stager::zero_compute(void* compute, uint64_t bytes) {
+  if (bytes > 0) copier_->zero(compute, bytes);
 }
 
 void Stager::fence() {

@@ -45,6 +45,7 @@ struct StagerOptions {
   StoreOptions store;
   ExtentStore::EngineFactory engine_factory;  // tests: fault injection
   bool compute_on_cuda = false;           // compute memory is CUDA device memory (copy streams)
+  void* compute_stream = nullptr;         // CUDA: the cudaStream_t training runs on (nullptr: legacy default)
 };
 
 struct StagerStats {
@@ -90,6 +91,9 @@ class Stager {
   // them (CPU: waits, counted as stall; CUDA: orders the compute stream, host returns at once).
   // Also starts write-backs whose copies finished. Cheap: call before every update.
   void fence();
+  // Zeroes compute memory (fresh moments) behind the latest swap's copies, without waiting for
+  // them; fence() before the compute side touches it.
+  void zero_compute(void* compute, uint64_t bytes);
   bool on_cuda() const { return copier_->on_cuda(); }
 
   // Synchronous access to a unit's home image (checkpoints, tests); not for the active unit.

@@ -9,6 +9,7 @@ namespace bcd {
 
 namespace {
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+bool reduced_precision(torch::ScalarType t) { return t == torch::kBFloat16 || t == torch::kHalf; }
 }  // namespace
 
 Block::Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts)
@@ -77,6 +78,8 @@ void Block::set_trainable(bool trainable, const std::string& part) {
   trainable_part_ = trainable ? part : "";
   if (trainable) {
     if (!grad_.defined()) grad_ = torch::zeros_like(data_);
+    if (!acc_.defined() && reduced_precision(data_.scalar_type()))
+      acc_ = torch::zeros(data_.sizes(), data_.options().dtype(torch::kFloat32));
     for (size_t i = 0; i < slots_.size(); ++i) {
       torch::Tensor& p = params_[i];
       const bool on = part.empty() || slots_[i].part == part;
@@ -90,11 +93,27 @@ void Block::set_trainable(bool trainable, const std::string& part) {
       p.requires_grad_(false);
     }
     grad_ = torch::Tensor();
+    acc_ = torch::Tensor();
   }
 }
 
 void Block::zero_grad() {
   if (grad_.defined()) grad_.zero_();
+  if (acc_.defined()) acc_.zero_();
+}
+
+void Block::accumulate_grad(int64_t begin, int64_t len) {
+  if (!acc_.defined()) return;
+  BCD_CHECK(begin >= 0 && len >= 0 && begin + len <= numel_, "accumulate_grad of block {}: [{}, +{})", name_, begin, len);
+  torch::NoGradGuard ng;
+  torch::Tensor part = grad_.narrow(0, begin, len);
+  acc_.narrow(0, begin, len).add_(part);  // exact: every bf16 value is an fp32 value
+  part.zero_();
+}
+
+int64_t Block::grad_bytes_per_element(torch::ScalarType working) {
+  const int64_t w = static_cast<int64_t>(c10::elementSize(working));
+  return reduced_precision(working) ? w + 4 : w;
 }
 
 void Block::rebind(torch::Tensor flat) {

@@ -45,9 +45,23 @@ class Block {
   // Flat working buffer (1-D); writing it changes what the model computes.
   torch::Tensor& data() { return data_; }
   const torch::Tensor& data() const { return data_; }
-  // Flat gradient buffer; undefined while the block is frozen.
-  torch::Tensor& grad() { return grad_; }
-  const torch::Tensor& grad() const { return grad_; }
+  // Flat gradient the optimizer reads: the sum over a step's micro-batches, undefined while the
+  // block is frozen. In the working dtype, except for reduced-precision (bf16/fp16) blocks, whose
+  // gradient is summed in fp32: autograd fills its own buffer in the working dtype
+  // (autograd_grad()), and accumulate_grad() adds that into grad() after each backward, so
+  // micro-batches are never summed, nor the gradient clipped, in bf16.
+  torch::Tensor& grad() { return acc_.defined() ? acc_ : grad_; }
+  const torch::Tensor& grad() const { return acc_.defined() ? acc_ : grad_; }
+  // What backward writes: grad() itself unless the block sums in fp32.
+  torch::Tensor& autograd_grad() { return grad_; }
+  const torch::Tensor& autograd_grad() const { return grad_; }
+  bool sums_grad_in_fp32() const { return acc_.defined(); }
+  // grad()[begin, begin + len) += autograd_grad()[...], which then reads zero there (nothing to
+  // do for blocks without a separate sum). The no-argument form covers the whole block.
+  void accumulate_grad(int64_t begin, int64_t len);
+  void accumulate_grad() { accumulate_grad(0, numel_); }
+  // Bytes of gradient buffers a trainable block of this dtype holds per element.
+  static int64_t grad_bytes_per_element(torch::ScalarType working);
 
   // Parameter view by slot name; BCD_CHECK when absent.
   const torch::Tensor& param(const std::string& name) const;
@@ -77,6 +91,7 @@ class Block {
   int64_t numel_ = 0;
   std::string trainable_part_;
   torch::Tensor data_, grad_;
+  torch::Tensor acc_;  // fp32 sum of grad_ over micro-batches (reduced-precision blocks)
   std::vector<torch::Tensor> params_;
   bool trainable_ = false;
 };

@@ -225,7 +225,7 @@ HfExportReport export_hf(const HfExportOptions& opt) {
   if (mc.vocab_size <= 0)
     user_error("{}: the stored config has vocab_size {} (expected the resolved vocabulary size)", opt.checkpoint,
                mc.vocab_size);
-  LlamaModel model(mc);
+  LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the weights file
   load_weights(model, opt.checkpoint);
 
   std::string base = read_weights_attr(opt.checkpoint, "hf_config_json");

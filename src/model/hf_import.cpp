@@ -234,7 +234,7 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
                  cfg_path, implied, mc.n_layers, mc.d_model, mc.d_ff, mc.vocab_size, dir, stored);
   }
   const std::string config_text = read_file(cfg_path, "HF config");
-  LlamaModel model(mc);
+  LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the files
   HfImportSummary s;
   s.info = import_hf_weights(model, dir);
   s.model_type = json::parse(config_text).value("model_type", "");

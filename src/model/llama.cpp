@@ -12,10 +12,29 @@
 #include "base/error.h"
 
 namespace bcd {
+
+namespace {
+// A batch built on the CPU, onto the compute device. To a GPU through page-locked memory and
+// without blocking: a copy from pageable memory makes the host wait for the GPU's queue to drain.
+torch::Tensor to_compute(const torch::Tensor& t, const torch::Device& device) {
+  if (!device.is_cuda() || !t.device().is_cpu()) return t.to(device);
+  return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+}  // namespace
+
 namespace F = torch::nn::functional;
 using torch::indexing::Slice;
 
 // ---- Building blocks of the computation ----
+
+bool attention_keeps_scores(bool on_cuda) {
+#if TORCH_VERSION_MAJOR >= 2
+  return !on_cuda;
+#else
+  (void)on_cuda;
+  return true;
+#endif
+}
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   // HF LlamaRMSNorm: normalize in fp32, cast back, then scale.
@@ -107,7 +126,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 // ---- Model ----
 
-LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts) : cfg_(cfg), opts_(opts) {
+LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts, std::optional<uint64_t> seed)
+    : cfg_(cfg), opts_(opts) {
   BCD_CHECK(cfg.vocab_size > 0, "model vocab_size must be resolved before building the model");
   const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
   const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
@@ -150,7 +170,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts) : cfg_
     cos_.narrow(0, p0, n).copy_(emb.cos().to(opts.dtype()));
     sin_.narrow(0, p0, n).copy_(emb.sin().to(opts.dtype()));
   }
-  init_weights(0);
+  if (seed) init_weights(*seed);
 }
 
 void LlamaModel::init_weights(uint64_t seed) {
@@ -234,7 +254,7 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, co
     x = frozen_blocks(tokens, grad_from);
   } else {
     torch::AutoGradMode mode(grad_on);
-    x = torch::embedding(embed_weight(), tokens.to(opts_.device()));
+    x = torch::embedding(embed_weight(), to_compute(tokens, opts_.device()));
   }
   // blocks [0, grad_from) are done: embed and layers [0, grad_from - 1)
   for (int i = std::max(grad_from - 1, 0); i < n_layers; ++i) {
@@ -260,13 +280,13 @@ torch::Tensor LlamaModel::frozen_prefix(const torch::Tensor& batch_in, int upto)
 
 torch::Tensor LlamaModel::frozen_blocks(const torch::Tensor& tokens, int upto) const {
   torch::NoGradGuard ng;
-  torch::Tensor x = torch::embedding(embed_weight(), tokens.to(opts_.device()));
+  torch::Tensor x = torch::embedding(embed_weight(), to_compute(tokens, opts_.device()));
   for (int i = 0; i < upto - 1; ++i) x = layer_forward(i, x);
   return x;
 }
 
 torch::Tensor LlamaModel::loss(const torch::Tensor& batch_in, int grad_from, const torch::Tensor& below) const {
-  const torch::Tensor batch = batch_in.to(opts_.device());  // loaders and samplers build on the CPU
+  const torch::Tensor batch = to_compute(batch_in, opts_.device());  // loaders and samplers build on the CPU
   const int64_t t = batch.size(1) - 1;
   torch::Tensor inputs = batch.narrow(1, 0, t), targets = batch.narrow(1, 1, t);
   torch::Tensor logits = forward(inputs, grad_from, below);
@@ -281,6 +301,11 @@ void LlamaModel::set_trainable(bool trainable) {
 
 void LlamaModel::zero_grad() {
   for (Block& b : blocks_) b.zero_grad();
+}
+
+void LlamaModel::accumulate_grads() {
+  for (Block& b : blocks_)
+    if (b.trainable()) b.accumulate_grad();
 }
 
 }  // namespace bcd

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "model/block.h"
@@ -18,7 +19,10 @@ class LlamaModel {
  public:
   // B = batch, T = sequence length, C = d_model, H = heads, KV = kv heads, D = head dim,
   // V = vocabulary, L = layers.
-  LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts = torch::kFloat32);
+  // Weights drawn by init_weights(*seed), or all zero with no seed: a 7B model's draw takes
+  // minutes on the CPU, wasted when a checkpoint or a weights file overwrites it.
+  LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts = torch::kFloat32,
+             std::optional<uint64_t> seed = 0);
 
   // Normal(0, init_std) for matrices, output projections (wo, w_down) scaled by 1/sqrt(2L),
   // norms 1, biases 0; a pure function of the seed.
@@ -53,6 +57,8 @@ class LlamaModel {
 
   void set_trainable(bool trainable);  // every block
   void zero_grad();
+  // After a backward: every trainable block's autograd buffer into its fp32 sum (Block::accumulate_grad).
+  void accumulate_grads();
 
   // Rotary tables (max_seq_len, D) in the working dtype: cos and sin of position * inv_freq,
   // the D/2 frequencies repeated twice (HF layout).
@@ -70,6 +76,12 @@ class LlamaModel {
   std::vector<Block> blocks_;
   torch::Tensor cos_, sin_;
 };
+
+// Whether causal_attention keeps a T x T score matrix for backward (the planner counts it): with
+// LibTorch 1.x attention is matmul + softmax; with 2.x it is scaled_dot_product_attention, whose
+// fused CUDA kernels (flash, memory-efficient) keep only the output and a log-sum-exp per row.
+// On the CPU 2.x may still take the materialising path: counted as keeping them.
+bool attention_keeps_scores(bool on_cuda);
 
 // HF-style helpers, exposed for tests.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);

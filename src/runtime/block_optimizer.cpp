@@ -80,6 +80,7 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
   }
   StagerOptions so = storage.stager;
   so.compute_on_cuda = on_cuda_;  // the switch's copies on CUDA copy streams, else a thread
+  compute_stream_ = so.compute_stream;
   stager_ = std::make_unique<Stager>(std::move(staged), so, acct_);
 }
 
@@ -90,17 +91,27 @@ uint64_t BlockAdamW::moved_bytes(int64_t s) const {
   return static_cast<uint64_t>(s) * 4 * ((separate_master_ ? 1 : 0) + (keep_state_ ? 2 : 0));
 }
 
-void BlockAdamW::fill_fresh(int unit, bool master) {
+void BlockAdamW::fill_fresh(int unit) {
   const UnitLayout& u = layout_[unit];
   torch::NoGradGuard ng;
-  stager_->fence();
-  if (master && separate_master_)
+  if (separate_master_) {
+    // A bf16 unit's first visit: its master comes from the working weights, a conversion the
+    // copier cannot do, so this waits for the switch's copies (once per unit per run).
+    stager_->fence();
     for (const SegRef& r : u.owned) {
       const Segment& seg = model_.block(r.block).segments()[r.segment];
       image_.narrow(0, master_at(u.own.len) + r.offset, r.numel)
           .copy_(model_.block(r.block).data().narrow(0, seg.begin + r.in_seg, r.numel));
     }
-  image_.narrow(0, m_at(u.own.len), 2 * u.own.len).zero_();
+  }
+  zero_moments(unit);
+}
+
+void BlockAdamW::zero_moments(int unit) {
+  // Behind the previous unit's copy-out on the copier: this step's forward and backward need not
+  // wait for it; the update's fence does.
+  const int64_t len = layout_[unit].own.len;
+  stager_->zero_compute(image_.data_ptr<float>() + m_at(len), static_cast<uint64_t>(2 * len) * 4);
 }
 
 void BlockAdamW::activate(int unit) {
@@ -111,20 +122,23 @@ void BlockAdamW::activate(int unit) {
     grad_charge_.reset();
     if (!keep_state_) steps_[prev] = 0, has_moments_[prev] = false;
   }
+  bool fresh = false;  // moments already zeroed
   if (prev != unit) {
     // The previous unit's image goes home; this unit's comes in (or starts fresh).
     const bool loaded = stager_->swap(prev, unit, image_.data_ptr<float>());
-    if (!loaded) fill_fresh(unit, /*master=*/true);
+    if (!loaded) fill_fresh(unit), fresh = true;
   }
   if (!keep_state_ || !has_moments_[unit]) {  // moments start at zero
-    stager_->fence();
-    image_.narrow(0, m_at(layout_[unit].own.len), 2 * layout_[unit].own.len).zero_();
+    if (!fresh) zero_moments(unit);
     steps_[unit] = 0;
   }
   active_ = unit;
   has_moments_[unit] = true;
   uint64_t grad = 0;
-  for (int b : layout_[unit].blocks) grad += static_cast<uint64_t>(model_.block(b).data().nbytes());
+  for (int b : layout_[unit].blocks) {
+    const torch::Tensor& d = model_.block(b).data();
+    grad += static_cast<uint64_t>(d.numel() * Block::grad_bytes_per_element(d.scalar_type()));
+  }
   grad_charge_ = Charge(acct_, Pool::kCompute, static_cast<int>(StateKind::kGrad), grad);
   for (const UnitPiece& p : units_[unit].pieces) model_.block(p.block).set_trainable(true, p.part);
 }
@@ -155,30 +169,28 @@ void BlockAdamW::step(double lr) {
     h.step = steps_[active_];
     float* m = image + m_at(len) + r.offset;
     float* v = image + v_at(len) + r.offset;
-    // bf16 runs: the fp32 master is in the image, the gradient and working copy are bf16 (the
-    // update rounds the master into the working copy). fp32 runs: the working weights are the master.
+    // The gradient is fp32 either way (a bf16 block sums its micro-batches in fp32). bf16 runs:
+    // the fp32 master is in the image and the update rounds it into the bf16 working copy.
+    // fp32 runs: the working weights are the master.
+    const float* grad = blk.grad().data_ptr<float>() + at;
     float* master;
-    const void* grad;
     uint16_t* work = nullptr;
     if (separate_master_) {
       master = image + master_at(len) + r.offset;
-      grad = reinterpret_cast<const uint16_t*>(blk.grad().data_ptr<at::BFloat16>()) + at;
       work = reinterpret_cast<uint16_t*>(blk.data().data_ptr<at::BFloat16>()) + at;
     } else {
       master = blk.data().data_ptr<float>() + at;
-      grad = blk.grad().data_ptr<float>() + at;
     }
     if (on_cuda_) {
 #ifdef BCD_HAVE_CUDA_KERNELS
       // Enqueued on the compute stream, after the fence's waits on the copy streams.
-      adamw_step_cuda(master, grad, separate_master_, m, v, r.numel, h, work, nullptr);
+      adamw_step_cuda(master, grad, /*grad_is_bf16=*/false, m, v, r.numel, h, work,
+                      static_cast<CUstream_st*>(compute_stream_));
 #else
       BCD_CHECK(false, "CUDA state in a build without CUDA kernels");
 #endif
-    } else if (separate_master_) {
-      adamw_step_cpu_bf16grad(master, static_cast<const uint16_t*>(grad), m, v, r.numel, h, work);
     } else {
-      adamw_step_cpu(master, static_cast<const float*>(grad), m, v, r.numel, h, nullptr);
+      adamw_step_cpu(master, grad, m, v, r.numel, h, work);
     }
   }
 }

@@ -125,7 +125,8 @@ class BlockAdamW {
   int64_t v_at(int64_t s) const { return m_at(s) + s; }
   uint64_t moved_bytes(int64_t s) const;  // the image prefix that outlives a visit
 
-  void fill_fresh(int unit, bool master);  // master from the working weights, moments zero
+  void fill_fresh(int unit);    // master from the working weights, moments zero
+  void zero_moments(int unit);  // on the copier, behind the switch's copies
   SegmentState view_of(const UnitLayout& u, const SegRef& r, const torch::Tensor& image);
 
   LlamaModel& model_;
@@ -135,6 +136,7 @@ class BlockAdamW {
   bool keep_state_;
   bool separate_master_;
   bool on_cuda_ = false;             // working weights and the compute image in CUDA memory
+  void* compute_stream_ = nullptr;   // CUDA: the cudaStream_t LibTorch computes on (nullptr: legacy default)
   int shard_rank_ = 0, shard_count_ = 1;
   int active_ = -1;
   std::vector<int64_t> steps_;       // per unit: updates applied with its moments

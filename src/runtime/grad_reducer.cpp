@@ -127,6 +127,7 @@ void GradReducer::ready(size_t bucket) {
 void GradReducer::start(size_t bucket) {
   Bucket& k = state_->buckets[bucket];
   torch::NoGradGuard ng;
+  k.block->accumulate_grad(k.begin, k.end - k.begin);  // a bf16 block: the final micro-batch into the fp32 sum
   const torch::Tensor range = k.block->grad().narrow(0, k.begin, k.end - k.begin);
   k.wire = range.scalar_type() == torch::kFloat32 ? range : range.to(torch::kFloat32);  // Gloo has no bf16 sum
   k.ticket = pg_.start_all_reduce_sum(k.wire);

@@ -77,7 +77,7 @@ Config config_from_run(const std::string& run_dir) {
 // The finished model of a run directory (fp32 working weights, whatever the run trained in).
 LlamaModel load_run_model(const std::string& run_dir, const Config& cfg) {
   configure_threads(cfg.train.threads);
-  LlamaModel model(cfg.model);
+  LlamaModel model(cfg.model, torch::kFloat32, std::nullopt);  // the run's weights are read next
   load_weights(model, run_dir + "/model.h5");
   return model;
 }
@@ -98,7 +98,7 @@ void check_resume_overrides(const std::string& ckpt, Config stored, Config now) 
       "bcd.include_embed", "bcd.include_head", "bcd.state_on_switch"};
   const std::set<std::string> harmless = {"train.run_dir", "train.val_every", "train.val_batches",
                                           "train.log_every", "train.threads", "train.checkpoint_every",
-                                          "train.keep_checkpoints", "train.device", "model.init_from",
+                                          "train.keep_checkpoints", "train.device", "train.peak_tflops", "train.save_model", "model.init_from",
                                           "model.init_std", "model.activation_checkpointing", "memory.",
                                           "sample.", "dist."};
   auto flat = [](Config& c) {
@@ -312,7 +312,9 @@ int run(int argc, char** argv) {
     if (device.is_cuda()) apply_device_budget(cfg.memory, device);
     share_machine_memory(cfg.memory, device, plan_ranks);  // each of the ranks on this machine
     const int shards = plan_ranks > 1 && cfg.dist.shard_state && cfg.optim.impl == "fused" ? plan_ranks : 1;
-    const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory, shards);
+    // A run for the GPU is planned as it will run there, GPU at hand or not (a login node).
+    const bool fused = !attention_keeps_scores(device.is_cuda() || cfg.train.device == "cuda");
+    const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory, shards, fused);
     if (plan_ranks > 1)
       fmt::print("per rank, {} ranks on this machine ({})\n", plan_ranks,
                  shards > 1 ? "block state sharded: each rank holds 1/" + std::to_string(shards)

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "runtime/cuda_torch.h"
 #include "runtime/run_setup.h"
 
 namespace bcd {
@@ -54,7 +55,11 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
                         {"grad_norm", s.grad_norm},
                         {"tokens", run.tokens_per_step() * s.step},
                         {"tokens_per_s", s.tokens_per_s},
-                        {"elapsed_s", s.elapsed_s}};
+                        {"elapsed_s", s.elapsed_s},
+                        {"flops_per_step", s.flops},
+                        {"tflops", s.tflops}};
+  // Model FLOPs utilisation: achieved over the device's peak (null when the peak is unknown).
+  rec["mfu"] = run.peak_tflops ? nlohmann::json(s.tflops / *run.peak_tflops) : nlohmann::json();
   if (s.val_loss) rec["val_loss"] = *s.val_loss;
   if (bc.enabled) {
     rec["block"] = run.units[s.unit].name;
@@ -99,6 +104,11 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
                               {"host", acct.usage(Pool::kHost).total_peak},
                               {"nvme", acct.usage(Pool::kNvme).total_peak}};
   rec["rss_peak_bytes"] = process_memory_bytes("VmHWM");
+  if (run.device.is_cuda())  // what the GPU really held, beside the accounting's figures
+    if (const auto p = cuda_allocator_peaks(run.device.index() < 0 ? 0 : run.device.index())) {
+      rec["cuda_peak_allocated_bytes"] = p->allocated;
+      rec["cuda_peak_reserved_bytes"] = p->reserved;
+    }
   if (checkpoint_s > 0) rec["checkpoint_s_total"] = checkpoint_s;
   if (s.step == run.cfg.train.steps) rec["memory"] = acct.to_json();
   writer_.write(rec);

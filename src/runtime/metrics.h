@@ -36,6 +36,8 @@ struct StepStats {
   int unit = 0;                    // the active unit (index into RunSetup::units)
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0;         // since the previous record
+  double flops = 0;                // this rank's FLOPs in this step (runtime/flops.h)
+  double tflops = 0;               // this rank's achieved TFLOP/s since the previous record
   double elapsed_s = 0;            // since the first step started
   double eta_s = 0;                // to the last step, at the run's pace so far
   std::optional<double> val_loss;

@@ -17,18 +17,21 @@ double lr_at(const TrainConfig& t, int64_t step) {
   return min_lr + 0.5 * (t.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double clip_grad_norm(LlamaModel& model, double max_norm) {
+torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm) {
   torch::NoGradGuard ng;
-  double sq = 0;
-  // fp32 accumulation per block (no temporary copy of the gradient), blocks summed in double
+  torch::Tensor sq;
+  // fp32 accumulation per block (no temporary copy of the gradient), blocks summed in double, one
+  // after the other: the same arithmetic as reading each block's norm and summing on the host.
   for (Block& b : model.blocks())
     if (b.grad().defined()) {
-      const double n = at::norm(b.grad(), 2, {0}, false, torch::kFloat32).item<double>();
-      sq += n * n;
+      const torch::Tensor n = at::norm(b.grad(), 2, {0}, false, torch::kFloat32).to(torch::kFloat64);
+      sq = sq.defined() ? sq + n * n : n * n;
     }
-  const double norm = std::sqrt(sq);
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
+  if (!sq.defined()) return torch::zeros({}, torch::kFloat64);
+  const torch::Tensor norm = sq.sqrt();
+  if (max_norm > 0) {
+    // max_norm / (norm + 1e-6) where the norm exceeds max_norm, else exactly 1 (x * 1 is x).
+    const torch::Tensor scale = torch::where(norm > max_norm, max_norm / (norm + 1e-6), torch::ones_like(norm));
     for (Block& b : model.blocks())
       if (b.grad().defined()) b.grad().mul_(scale);
   }

@@ -17,8 +17,10 @@ namespace bcd {
 double lr_at(const TrainConfig& t, int64_t step);
 
 // Global L2 norm of every trainable block's gradient; scales the gradients down to `max_norm`
-// when it is exceeded (max_norm <= 0: no clipping). Returns the norm before clipping.
-double clip_grad_norm(LlamaModel& model, double max_norm);
+// when it is exceeded (max_norm <= 0: no clipping). Returns the norm before clipping as a 0-dim
+// fp64 tensor on the gradients' device: nothing here waits for the device, so a GPU step is
+// not drained to clip; whoever needs the figure reads it (the trainer, on logged steps).
+torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm);
 
 class FullAdamW {
  public:

@@ -19,6 +19,8 @@
 #include "io/fault_engine.h"
 #include "model/hf_config.h"
 #include "model/hf_import.h"
+#include "runtime/cuda_torch.h"
+#include "runtime/flops.h"
 #include "runtime/train_state.h"
 
 namespace bcd {
@@ -101,8 +103,11 @@ MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& de
   apply_device_budget(cfg.memory, device);  // compute_bytes = auto: the GPU's memory on CUDA
   MemoryConfig mem = cfg.memory;             // the config keeps "auto": a resume may have other ranks
   share_machine_memory(mem, device, local_ranks);
-  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, mem, shards);
+  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, mem, shards, !attention_keeps_scores(device.is_cuda()));
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
+  // A GPU's allocator is held to the plan's compute budget: memory.compute_bytes = 24GiB on a
+  // bigger card fails an allocation where a 24 GiB card would.
+  if (device.is_cuda()) cap_cuda_allocator(device.index() < 0 ? 0 : device.index(), plan.compute.budget);
   acct.set_budget(Pool::kCompute, plan.compute.budget);
   acct.set_budget(Pool::kPinned, plan.pinned.budget);
   acct.set_budget(Pool::kHost, plan.host.budget);
@@ -149,14 +154,18 @@ RunSetup::RunSetup(Config config, std::string resume)
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
       plan(plan_run(cfg, ds, device, dist_env.local_world_size, shards(), acct)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
-      model(cfg.model, working_options(cfg.train, device)),
+      model(cfg.model, working_options(cfg.train, device), std::nullopt),  // drawn or read below, once
       working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model)),
       units(make_units(model, cfg.bcd)),
       sched(static_cast<int>(units.size()), cfg.bcd, static_cast<uint64_t>(cfg.train.seed), fixed_order(units, cfg.bcd)),
       resume_from(std::move(resume)) {
-  model.init_weights(static_cast<uint64_t>(cfg.train.seed));
-  if (resume_from.empty()) load_initial_weights(model, cfg.model.init_from);  // [model] init_from (HF or .h5)
+  // The weights: a resume reads them from its checkpoint (below), [model] init_from from its
+  // files (HF or .h5), else they are drawn from the seed.
+  if (resume_from.empty() && !cfg.model.init_from.empty()) load_initial_weights(model, cfg.model.init_from);
+  else if (resume_from.empty()) model.init_weights(static_cast<uint64_t>(cfg.train.seed));
   make_optimizer();
+  if (cfg.train.peak_tflops > 0) peak_tflops = cfg.train.peak_tflops;
+  else if (device.is_cuda()) peak_tflops = gpu_peak_tflops(cuda_device_name(device.index() < 0 ? 0 : device.index()), cfg.train.dtype);
 
   // Resume: weights, schedule, data position, optimizer state per unit.
   if (!resume_from.empty()) {
@@ -186,6 +195,7 @@ void RunSetup::make_optimizer() {
     storage.stager.nvme_paths = cfg.memory.nvme_paths;
     storage.shard_rank = shards() > 1 ? pg->rank() : 0;
     storage.shard_count = shards();
+    if (device.is_cuda()) storage.stager.compute_stream = torch_current_cuda_stream(device.index() < 0 ? 0 : device.index());
     if (pg->world_size() > 1)  // every rank stages its own state: a directory of its own on each path
       for (std::string& path : storage.stager.nvme_paths) {
         path += "/rank" + std::to_string(pg->rank());
@@ -225,6 +235,15 @@ void RunSetup::arm_reduction() {
 
 void RunSetup::reduce_gradients() {
   if (reducer) reducer->finish();
+}
+
+void RunSetup::accumulate_gradients(bool final_micro_batch) {
+  if (!(final_micro_batch && reducer)) model.accumulate_grads();
+}
+
+double RunSetup::step_flops() const {
+  return micro_batch_flops(model, grad_from(), cfg.train.batch_size, cfg.train.seq_len).total() *
+         static_cast<double>(cfg.train.grad_accum);
 }
 
 bool RunSetup::can_run_ahead(int64_t step) const {
@@ -270,6 +289,14 @@ std::vector<std::string> RunSetup::banner() const {
                               bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, tc.dtype,
                               device.is_cuda() ? "cuda" : "cpu",
                               device.is_cuda() ? "" : fmt::format(" with {} threads", torch::get_num_threads())));
+  // What the MFU in metrics.jsonl is measured against, and where that figure came from.
+  const std::string gpu = device.is_cuda() ? cuda_device_name(device.index() < 0 ? 0 : device.index()) : "";
+  if (peak_tflops)
+    lines.push_back(fmt::format("utilisation: MFU against a peak of {:g} TFLOP/s ({})", *peak_tflops,
+                                tc.peak_tflops > 0 ? "train.peak_tflops" : fmt::format("{}, {} dense", gpu, tc.dtype)));
+  else if (device.is_cuda())
+    lines.push_back(fmt::format("utilisation: no MFU: {} is not in the table of known GPUs (set train.peak_tflops)",
+                                gpu.empty() ? std::string("the GPU") : gpu));
   if (bc.enabled) {
     std::string names;
     for (const auto& u : units) names += (names.empty() ? "" : " ") + u.name;

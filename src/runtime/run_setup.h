@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ class RunSetup {
   // it, reduce_gradients() leaves the mean over ranks. No-ops on one rank.
   void arm_reduction();
   void reduce_gradients();
+  // After each micro-batch's backward: bf16 blocks add it to their fp32 gradient sum (the final
+  // one's is added bucket by bucket as the reducer sends it, when there is a reducer).
+  void accumulate_gradients(bool final_micro_batch);
   // Whether the next step's forward below the active unit may run while this step's gradient is
   // on the wire: more than one rank, dist.overlap_forward, a unit above the embedding, and the
   // next step trains the same unit.
@@ -55,6 +59,8 @@ class RunSetup {
   // Ranks the block state is sharded over: the world size with dist.shard_state, else 1.
   int shards() const;
   int64_t tokens_per_step() const;  // over all ranks
+  // FLOPs this rank executes in a step with the active unit as it is now (runtime/flops.h).
+  double step_flops() const;
   bool can_checkpoint() const { return block_opt != nullptr; }  // the fused optimizer only
   bool is_root() const { return pg->is_root(); }  // rank 0 writes the run directory
 
@@ -85,6 +91,7 @@ class RunSetup {
   double resume_s = 0;           // time to read the checkpoint
   int64_t steps_run_ahead = 0;   // steps whose frozen forward ran while the last gradient was on the wire
   double gather_s = 0;           // sharded: time in all-gathers of the updated weights
+  std::optional<double> peak_tflops;  // the device's, for MFU: train.peak_tflops, else a known GPU's
 
  private:
   void make_optimizer();

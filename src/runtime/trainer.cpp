@@ -174,6 +174,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
   double train_s = 0;           // wall time in training steps (validation excluded)
   double interval_s = 0;        // since the last record
   int64_t interval_steps = 0;
+  double interval_flops = 0;
   bool switch_due = false;      // the schedule moved to a new visit after the last step
   StopSignals signals;          // only while steps run: ^C while sampling just stops
   RunAhead ahead;
@@ -190,49 +191,62 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
     s.step = step;
     s.unit = run.sched.current();
     s.lr = lr_at(tc, step - 1);
+    s.flops = run.step_flops();
     run.model.zero_grad();
-    double loss_sum = 0;
+    torch::Tensor loss_sum;  // on the device; read on the steps that need the figure (below)
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
       torch::Tensor batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
       torch::Tensor loss = run.model.loss(batch, run.grad_from(), below);  // forward; no autograd below the active unit
       if (micro == tc.grad_accum - 1) run.arm_reduction();           // buckets go out as backward fills them
       (loss / static_cast<double>(tc.grad_accum)).backward();        // backward stops at the active unit
-      loss_sum += loss.item<double>();
+      run.accumulate_gradients(micro == tc.grad_accum - 1);          // bf16: summed in fp32
+      loss_sum = micro == 0 ? loss.detach() : loss_sum + loss.detach();
     }
     if (run.can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
     run.reduce_gradients();                                      // mean over ranks (the rest of the buckets)
+    const bool validate = (tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps;
+    const bool logs = step % tc.log_every == 0 || step == tc.steps || validate;
+    const bool every = tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || step == tc.steps);
+    // Reading the loss waits for the step's compute: on a GPU only the steps that need the figure
+    // do (logged, checkpointed, the first); with ranks, the loss travels each step with the stop
+    // flag in one small all-reduce. A diverged loss is caught at the next of those steps.
     const double world = run.pg->world_size();
-    // The loss and whether any rank got a stop signal travel together: one small all-reduce.
-    const std::vector<double> sums = run.pg->sum_over_ranks({loss_sum, signals.fired() ? 1.0 : 0.0});
+    const int fired = signals.fired();  // this step's: a later signal stops the next step
+    const bool loss_read = world > 1 || logs || every || step == run.first_step || fired;
+    std::vector<double> sums = {NAN, 0.0};
+    if (loss_read) sums = run.pg->sum_over_ranks({loss_sum.item<double>(), fired ? 1.0 : 0.0});
     s.loss = sums[0] / world / static_cast<double>(tc.grad_accum);
-    if (!std::isfinite(s.loss)) user_error("training diverged at step {}: loss is {}", step, s.loss);
-    s.grad_norm = clip_grad_norm(run.model, tc.grad_clip);      // clip
+    if (loss_read && !std::isfinite(s.loss))
+      user_error("training diverged at step {}: loss is {}{}", step, s.loss,
+                 tc.log_every > 1 && world == 1 ? fmt::format(" (read every {} steps: it diverged at or before this one)", tc.log_every) : "");
+    const torch::Tensor grad_norm = clip_grad_norm(run.model, tc.grad_clip);  // clip
     run.update(s.lr);                                            // AdamW
+    if (logs) s.grad_norm = grad_norm.item<double>();
     const double dt = seconds_since(t0);
-    train_s += dt, interval_s += dt, ++interval_steps;
+    train_s += dt, interval_s += dt, ++interval_steps, interval_flops += s.flops;
     if (step == run.first_step) sum.first_loss = s.loss;
-    sum.final_loss = s.loss;
+    if (loss_read) sum.final_loss = s.loss;
 
-    if ((tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps) {  // validate
+    if (validate) {                                                             // validate
       s.val_loss = evaluate_val_loss(run.model, run.ds, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
       sum.final_val_loss = s.val_loss;
     }
-    if (step % tc.log_every == 0 || step == tc.steps || s.val_loss) {           // log
+    if (logs) {                                                                 // log
       s.tokens_per_s = static_cast<double>(tokens_per_step * interval_steps) / std::max(interval_s, 1e-9);
+      s.tflops = interval_flops / std::max(interval_s, 1e-9) / 1e12;
       s.elapsed_s = seconds_since(t_start);
       s.eta_s = train_s / static_cast<double>(step) * static_cast<double>(tc.steps - step);
       if (log) log->record(s, run);
       say(MetricsLog::progress_line(s, run));
-      interval_s = 0, interval_steps = 0;
+      interval_s = 0, interval_steps = 0, interval_flops = 0;
     }
     switch_due = run.sched.step();
 
     // One rank's signal stops all, at the step every rank saw it in the reduction above (a
     // signal that came later stops the next step); a single rank stops at once.
-    int stop = signals.fired();                                                 // checkpoint
-    if (run.pg->world_size() > 1) stop = sums[1] > 0 ? (stop ? stop : SIGTERM) : 0;
-    const bool every = tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || step == tc.steps);
+    int stop = fired;                                                           // checkpoint
+    if (world > 1) stop = sums[1] > 0 ? (stop ? stop : SIGTERM) : 0;
     if (run.can_checkpoint() && (stop || every)) {
       const auto tc0 = Clock::now();
       ahead.give_back(run);  // the checkpoint records the loader before the next step's batch
@@ -273,10 +287,9 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
   return train_s;
 }
 
-// model.h5 and samples.txt; the summary's closing figures (wall time since `t_start`).
-void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, const Say& say) {
+// samples.txt: a sample per [sample] prompt from the trained model; returns its text.
+std::string write_samples(RunSetup& run, TrainSummary& sum) {
   const TrainConfig& tc = run.cfg.train;
-  save_weights(run.model, tc.run_dir + "/model.h5", config_to_toml(run.cfg));
   SampleOptions so;
   so.max_new_tokens = run.cfg.sample.max_new_tokens;
   so.temperature = run.cfg.sample.temperature;
@@ -288,6 +301,18 @@ void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, 
     samples_txt += "--- sample " + std::to_string(i + 1) + " ---\n" + sum.samples.back() + "\n";
   }
   write_file(tc.run_dir + "/samples.txt", samples_txt);
+  return samples_txt;
+}
+
+// model.h5 and samples.txt (unless train.save_model = false); the summary's closing figures (wall
+// time since `t_start`).
+void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, const Say& say) {
+  const TrainConfig& tc = run.cfg.train;
+  std::string samples_txt;
+  if (tc.save_model) {  // else a measuring run: the figures are in metrics.jsonl
+    save_weights(run.model, tc.run_dir + "/model.h5", config_to_toml(run.cfg));
+    samples_txt = write_samples(run, sum);
+  }
   sum.wall_s = seconds_since(t_start);
   sum.rss_peak_bytes = process_memory_bytes("VmHWM");
   say(fmt::format("done: {} steps in {}, {:.0f} tok/s, loss {:.4f} -> {:.4f}, val {:.4f} (unigram {:.4f})",
@@ -298,7 +323,7 @@ void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, 
                     sum.staging.switches, 1e3 * sum.staging.stall_s, static_cast<double>(sum.staging.nvme_read_bytes) / 1e9,
                     static_cast<double>(sum.staging.nvme_write_bytes) / 1e9));
   if (!samples_txt.empty()) say("samples:\n" + samples_txt);
-  say(fmt::format("wrote {}/{{config.toml, metrics.jsonl, model.h5, samples.txt}}", tc.run_dir));
+  say(fmt::format("wrote {}/{{config.toml, metrics.jsonl{}}}", tc.run_dir, tc.save_model ? ", model.h5, samples.txt" : ""));
 }
 
 }  // namespace
@@ -313,8 +338,12 @@ double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_
   // Never count a window twice: at most one pass over the validation split.
   const int64_t max_batches = std::max<int64_t>(1, val.windows_per_epoch() / (batch_size * world));
   const int64_t n = std::min(batches, max_batches);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += model.loss(val.next()).item<double>();
+  torch::Tensor total;  // summed on the device, read once
+  for (int64_t i = 0; i < n; ++i) {
+    const torch::Tensor l = model.loss(val.next());
+    total = i == 0 ? l : total + l;
+  }
+  double sum = total.item<double>();
   if (pg) sum = pg->sum_over_ranks({sum})[0] / world;
   return sum / static_cast<double>(n);
 }

@@ -54,6 +54,7 @@ Result measure(const ModelConfig& mc, const BcdConfig& bc) {
   for (size_t i = 0; i < units.size(); ++i) {
     model.zero_grad();
     model.loss(torch::randint(mc.vocab_size, {1, 17}, torch::kInt64), units[sched.current()].lowest_block()).backward();
+    model.accumulate_grads();  // bf16: into the fp32 gradient the optimizer reads
     opt.step(1e-4);
     if (sched.step()) opt.activate(sched.current());
   }

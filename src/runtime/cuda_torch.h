@@ -1,0 +1,40 @@
+// LibTorch's CUDA side, as the runtime needs it: the stream training runs on, the caching
+// allocator's cap and peaks, the GPU's name and peak throughput. Compiled against c10/cuda only
+// when LibTorch is a CUDA build (BCD_TORCH_CUDA); with a CPU LibTorch nothing can run on a GPU,
+// and each function says so (nullptr, nullopt, "").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace bcd {
+
+// The cudaStream_t LibTorch enqueues on for `device` (its current stream): the copy streams and
+// the fused AdamW order themselves against it. nullptr without a CUDA LibTorch.
+void* torch_current_cuda_stream(int device);
+
+// Caps LibTorch's caching allocator on `device` at `bytes` (its memory fraction), so a smaller
+// card (a 24 GiB RTX 4090) is emulated on a bigger one: an allocation past the cap fails as it
+// would there. UserError when `bytes` exceeds the device's memory; no-op without a CUDA LibTorch.
+void cap_cuda_allocator(int device, uint64_t bytes);
+
+// The caching allocator's peaks since the process started: bytes handed to tensors, and bytes
+// reserved from the driver (what the GPU really had to hold).
+struct CudaAllocatorPeaks {
+  uint64_t allocated = 0;
+  uint64_t reserved = 0;
+};
+std::optional<CudaAllocatorPeaks> cuda_allocator_peaks(int device);
+
+// "NVIDIA H200", ...; "" without a CUDA LibTorch.
+std::string cuda_device_name(int device);
+
+// Dense peak TFLOP/s of a known GPU for the working dtype ("bf16": tensor cores with fp32
+// accumulation; "fp32": plain fp32, as LibTorch runs fp32 matmuls without TF32 by default), from
+// the vendors' data sheets; nullopt for a GPU not in the table (set train.peak_tflops).
+// Matches on the name as CUDA reports it: "NVIDIA GeForce RTX 4090", "NVIDIA A100-SXM4-80GB",
+// "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200", ...
+std::optional<double> gpu_peak_tflops(const std::string& name, const std::string& dtype);
+
+}  // namespace bcd
