@@ -93,6 +93,11 @@ foreach(flag_file ${flag_files})
   foreach(line ${lines})
     string(REGEX REPLACE "^([A-Z]+)_INCLUDES = (.*)$" "\\1" lang "${line}")
     string(REGEX REPLACE "^([A-Z]+)_INCLUDES = (.*)$" "\\2" flags "${line}")
+    if(flags MATCHES "^--options-file (.+)$")  # nvcc's, relative to the target's build directory
+      set(options_file ${CMAKE_MATCH_1})
+      string(REGEX REPLACE "/CMakeFiles/[^/]+\\.dir/flags\\.make$" "" target_build_dir "${flag_file}")
+      file(READ ${target_build_dir}/${options_file} flags)
+    endif()
     separate_arguments(flags UNIX_COMMAND "${flags}")
     # gcc and nvcc search every -I directory, then every -isystem one, each in command-line order.
     set(quoted "")
