@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Tests of scripts/gpu_check_summary.py that run on any machine, with or without a GPU, and build
-# nothing:
+# Tests of scripts/gpu_check.sh and scripts/gpu_check_summary.py that run on any machine, with or
+# without a GPU, and build nothing:
+#   flags    --help, unknown and malformed flags (exit 2, the message names the flag)
+#   no_gpu   the no-GPU path, forced with a stub nvidia-smi or a stub torch that sees no device:
+#            exit 3, one line on stderr, the JSON with the reason, no build directory
 #   summary  the JSON summary of the hand-written out directories in fixtures/ (README.md there)
-# Usage: tests/scripts/test_gpu_check.sh summary [SCRATCH_DIR]
+# Usage: tests/scripts/test_gpu_check.sh flags|no_gpu|summary [SCRATCH_DIR]
 # (ctest runs each case with a scratch directory in the build tree; by hand a temporary one.)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+script=$repo/scripts/gpu_check.sh
 summarizer=$repo/scripts/gpu_check_summary.py
 case=${1:-}
 scratch=${2:-}
@@ -32,6 +36,9 @@ run() {
   rc=$?
 }
 expect_rc() { [[ $rc == "$2" ]] || fail "$1: exit $rc, expected $2; stderr: $(head -c 600 "$scratch/$1.err")"; }
+# expect_text NAME out|err TEXT: the stream holds TEXT (fixed string).
+expect_text() { grep -qF -- "$3" "$scratch/$1.$2" || fail "$1: std$2 lacks \"$3\"; it holds: $(head -c 600 "$scratch/$1.$2")"; }
+expect_absent() { [[ ! -e $2 ]] || fail "$1: $2 was created"; }
 
 # json_check FILE PYTHON_EXPR...: each expression, on `j` (FILE's last line as JSON), must be true.
 json_check() {
@@ -83,6 +90,90 @@ sys.exit(1 if diffs else 0)
 EOF
 }
 
+case_flags() {
+  local b=$scratch/build
+  run help bash "$script" --help
+  expect_rc help 0
+  for flag in --build-dir --out --skip-build --build-all --steps --switch-every --data --nvme-dir --time-limit; do
+    expect_text help out "$flag"
+  done
+  # name | arguments | what stderr must say
+  local cases=(
+    "unknown|--bogus|unknown flag '--bogus'"
+    "unknown_eq|--bogus=1|unknown flag '--bogus'"
+    "positional|extra|unexpected argument 'extra'"
+    "no_value|--steps|--steps needs a value"
+    "empty_value|--out=|--out needs a value"
+    "not_int|--steps=abc|--steps: expected a positive integer, got 'abc'"
+    "zero|--time-limit 0|--time-limit: expected a positive integer, got '0'"
+    "few_steps|--steps 4 --switch-every 2|needs at least 5 steps"
+    "value_on_switch|--skip-build=yes|--skip-build takes no value"
+    "no_data|--data $scratch/none|--data $scratch/none: no tokens.h5"
+  )
+  local c name args want
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name args want <<< "$c"
+    # shellcheck disable=SC2086  # args is a word list on purpose
+    run "$name" bash "$script" --build-dir "$b" $args
+    expect_rc "$name" 2
+    expect_text "$name" err "$want"
+    [[ ! -s $scratch/$name.out ]] || fail "$name: a flag error printed to stdout: $(head -c 300 "$scratch/$name.out")"
+  done
+  expect_absent flags "$b"
+}
+
+case_no_gpu() {
+  local stub=$scratch/stub
+  mkdir -p "$stub/nogpu" "$stub/gpu" "$stub/py/torch"
+  # What nvidia-smi -L prints, and its exit status, on a machine whose driver sees no GPU.
+  printf '#!/bin/sh\necho "No devices were found"\nexit 6\n' > "$stub/nogpu/nvidia-smi"
+  printf '#!/bin/sh\necho "GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)"\n' > "$stub/gpu/nvidia-smi"
+  chmod +x "$stub/nogpu/nvidia-smi" "$stub/gpu/nvidia-smi"
+  # A torch that imports and sees no CUDA device (first on PYTHONPATH, so it hides a real one).
+  cat > "$stub/py/torch/__init__.py" << 'EOF'
+__version__ = "0.0-stub"
+class version:
+    cuda = None
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+EOF
+
+  # 1. nvidia-smi lists no GPU; no --out and no $OUT: nothing is written anywhere.
+  run smi env -u OUT PATH="$stub/nogpu:$PATH" bash "$script" --build-dir "$scratch/b1"
+  expect_rc smi 3
+  expect_text smi err "gpu_check: skipped: no GPU: nvidia-smi -L lists none (exit 6: No devices were found)"
+  [[ $(wc -l < "$scratch/smi.err") == 1 ]] || fail "smi: stderr is not one line: $(cat "$scratch/smi.err")"
+  json_check "$scratch/smi.out" 'j["gpu"] is None' \
+    'j["skipped"] == "no GPU: nvidia-smi -L lists none (exit 6: No devices were found)"' 'j["errors"] == []' \
+    'j["build_s"] is None' 'j["tests"] == {"passed": None, "failed": None, "skipped": None}' \
+    'all(r["state"] == "skipped" and r["skipped"] == j["skipped"] for r in j["runs"].values())' \
+    'sorted(j["runs"]) == ["bcd_2rank", "bcd_host", "bcd_nvme"]'
+  expect_absent smi "$scratch/b1"
+
+  # 2. nvidia-smi lists a GPU but torch sees none; --out gets gpu_check.json.
+  run torch env -u OUT PATH="$stub/gpu:$PATH" PYTHONPATH="$stub/py" bash "$script" --build-dir "$scratch/b2" \
+    --out "$scratch/out2"
+  expect_rc torch 3
+  expect_text torch err "gpu_check: skipped: no GPU: torch 0.0-stub (CUDA None) finds no usable CUDA device"
+  json_check "$scratch/torch.out" 'j["gpu"] is None' \
+    'j["skipped"] == "no GPU: torch 0.0-stub (CUDA None) finds no usable CUDA device"'
+  expect_absent torch "$scratch/b2"
+  if [[ -f $scratch/out2/gpu_check.json ]]; then
+    [[ $(tail -n 1 "$scratch/torch.out") == "$(cat "$scratch/out2/gpu_check.json")" ]] ||
+      fail "torch: out2/gpu_check.json differs from the JSON line on stdout"
+  else
+    fail "torch: --out $scratch/out2 got no gpu_check.json"
+  fi
+
+  # 3. $OUT stands for --out.
+  run env_out env OUT="$scratch/out3" PATH="$stub/nogpu:$PATH" bash "$script" --build-dir "$scratch/b3"
+  expect_rc env_out 3
+  [[ -f $scratch/out3/gpu_check.json ]] || fail "env_out: \$OUT=$scratch/out3 got no gpu_check.json"
+  expect_absent env_out "$scratch/b3"
+}
+
 case_summary() {
   local f
   for f in one_gpu broken; do
@@ -120,8 +211,10 @@ case_summary() {
 }
 
 case $case in
+  flags) case_flags ;;
+  no_gpu) case_no_gpu ;;
   summary) case_summary ;;
-  *) echo "usage: tests/scripts/test_gpu_check.sh summary [SCRATCH_DIR]" >&2; exit 2 ;;
+  *) echo "usage: tests/scripts/test_gpu_check.sh flags|no_gpu|summary [SCRATCH_DIR]" >&2; exit 2 ;;
 esac
 if ((failures)); then
   echo "test_gpu_check $case: $failures failure(s)" >&2
