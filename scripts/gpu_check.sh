@@ -276,7 +276,7 @@ toml_str() { printf '"%s"' "$1"; }
 # through 3 of 32 layers, so tokens/s is above a random order's mean; TFLOP/s counts what ran.
 cycle='["layer.29","layer.30","layer.31"]'
 train_common=(--train.device=cuda --train.steps="$steps" --train.warmup_steps=1 --train.val_batches=1
-  --train.checkpoint_every=0 --train.log_every=1 --bcd.enabled=true --bcd.switch_every="$switch_every"
+  --train.checkpoint_every=0 --train.save_model=false --train.log_every=1 --bcd.enabled=true --bcd.switch_every="$switch_every"
   --bcd.order=fixed "--bcd.fixed_order=$cycle" --memory.compute_bytes=24GiB --memory.pinned_bytes=auto
   "--sample.prompts=[]")
 # Host run: every block's master + moments in host memory (75.3 GiB + the 4.5 GiB pinned pool).
@@ -352,8 +352,7 @@ train_run() {
   echo "expect_nvme_reads=$expect" >> "$status_dir/$run"
   local f
   for f in metrics.jsonl config.toml; do [[ -f $run_dir/$f ]] && cp "$run_dir/$f" "$dir/"; done
-  # The run's fp32 weights (25 GiB) and a killed run's NVMe extents: nothing here reads them.
-  rm -f "$run_dir/model.h5"
+  # A killed run's NVMe extents: nothing here reads them (train.save_model = false: no weights).
   rm -rf "$nvme_path"
 }
 for run in bcd_host bcd_nvme bcd_2rank; do
