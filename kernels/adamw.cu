@@ -144,7 +144,7 @@ std::string adamw_cuda_unsupported_reason(int device) {
   cudaGetLastError();
   return std::string(prop.name) + " is sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
          ", which this build has no kernels for (" + cudaGetErrorString(e) +
-         "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+         "; rebuild with -DBCD_CUDA_ARCHITECTURES=" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
 }
 
 }  // namespace bcd

@@ -52,7 +52,7 @@ using Case = std::tuple<bool, bool, int64_t, bool>;
 class AdamWCudaVsCpu : public ::testing::TestWithParam<Case> {};
 
 // The up-front check the trainer makes before putting state on a GPU: this build has a kernel
-// image for the device it runs on (a GPU outside CMAKE_CUDA_ARCHITECTURES would be named).
+// image for the device it runs on (a GPU outside BCD_CUDA_ARCHITECTURES would be named).
 TEST(AdamWCuda, KernelImageForThisDevice) {
   const std::string why = no_device_reason();
   if (!why.empty()) GTEST_SKIP() << why;
