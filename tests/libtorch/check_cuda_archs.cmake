@@ -17,9 +17,8 @@ endif()
 
 file(REMOVE_RECURSE ${SCRATCH})
 set(prefix ${SCRATCH}/libtorch)
-set(config_dir ${prefix}/share/cmake/Torch)
-file(WRITE ${config_dir}/TorchConfig.cmake
-  "include(\"${TORCH_DIR}/TorchConfig.cmake\")\n"
+include(${CMAKE_CURRENT_LIST_DIR}/scratch_prefix.cmake)
+scratch_torch_prefix(${prefix}
   "# torch 2.x, cmake/public/cuda.cmake: the language, no CMake architectures, its own nvcc flags\n"
   "enable_language(CUDA)\n"
   "set(CMAKE_CUDA_ARCHITECTURES OFF)\n"
@@ -27,19 +26,11 @@ file(WRITE ${config_dir}/TorchConfig.cmake
   "             -Xcudafe --diag_suppress=cc_clobber_ignored --expt-relaxed-constexpr --expt-extended-lambda)\n"
   "  string(APPEND CMAKE_CUDA_FLAGS \" \${flag}\")\n"
   "endforeach()\n")
-if(EXISTS ${TORCH_DIR}/TorchConfigVersion.cmake)
-  file(WRITE ${config_dir}/TorchConfigVersion.cmake "include(\"${TORCH_DIR}/TorchConfigVersion.cmake\")\n")
-endif()
 
 set(build ${SCRATCH}/build)
 set(first_time -G "Unix Makefiles" -DCMAKE_PREFIX_PATH=${prefix} -DBCD_CUDA=ON
                -DBCD_PCH=OFF -DBCD_TESTS=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
-               -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER})
-foreach(lang CXX C)
-  if(${lang}_COMPILER)
-    list(APPEND first_time -DCMAKE_${lang}_COMPILER=${${lang}_COMPILER})
-  endif()
-endforeach()
+               -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER} ${scratch_compilers})
 
 set(failures 0)
 # Configures ${build} with the arguments after `expected` and checks adamw.cu's nvcc command: the

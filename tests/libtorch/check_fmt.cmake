@@ -28,32 +28,21 @@ if(GLOO_INCLUDE_DIR AND EXISTS ${GLOO_INCLUDE_DIR}/gloo)
 endif()
 
 # ---- The scratch LibTorch prefix: the real one, its include directories led by the fake ----
-set(config_dir ${prefix}/share/cmake/Torch)
-file(WRITE ${config_dir}/TorchConfig.cmake
-  "include(\"${TORCH_DIR}/TorchConfig.cmake\")\n"
+include(${CMAKE_CURRENT_LIST_DIR}/scratch_prefix.cmake)
+scratch_torch_prefix(${prefix}
   "list(PREPEND TORCH_INCLUDE_DIRS \"${fake}\")\n"
   "set_property(TARGET torch PROPERTY INTERFACE_INCLUDE_DIRECTORIES \"\${TORCH_INCLUDE_DIRS}\")\n")
-if(EXISTS ${TORCH_DIR}/TorchConfigVersion.cmake)
-  file(WRITE ${config_dir}/TorchConfigVersion.cmake "include(\"${TORCH_DIR}/TorchConfigVersion.cmake\")\n")
-endif()
-
-set(compilers "")
-foreach(lang CXX C)
-  if(${lang}_COMPILER)
-    list(APPEND compilers -DCMAKE_${lang}_COMPILER=${${lang}_COMPILER})
-  endif()
-endforeach()
 
 function(configure_scratch build_dir)
   execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${build_dir} -G "Unix Makefiles"
                           -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0
-                          ${compilers} ${ARGN}
+                          ${scratch_compilers} ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "configuring against ${prefix} failed:\n${out}")
   endif()
   file(STRINGS ${build_dir}/CMakeCache.txt torch_dir REGEX "^Torch_DIR:")
-  if(NOT torch_dir STREQUAL "Torch_DIR:PATH=${config_dir}")
+  if(NOT torch_dir STREQUAL "Torch_DIR:PATH=${prefix}/share/cmake/Torch")
     message(FATAL_ERROR "the scratch build did not take the scratch LibTorch (${torch_dir})")
   endif()
 endfunction()
