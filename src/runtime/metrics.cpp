@@ -105,7 +105,7 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
                               {"nvme", acct.usage(Pool::kNvme).total_peak}};
   rec["rss_peak_bytes"] = process_memory_bytes("VmHWM");
   if (run.device.is_cuda())  // what the GPU really held, beside the accounting's figures
-    if (const auto p = cuda_allocator_peaks(run.device.index() < 0 ? 0 : run.device.index())) {
+    if (const auto p = cuda_allocator_peaks(cuda_index(run.device))) {
       rec["cuda_peak_allocated_bytes"] = p->allocated;
       rec["cuda_peak_reserved_bytes"] = p->reserved;
     }

@@ -107,7 +107,7 @@ MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& de
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
   // A GPU's allocator is held to the plan's compute budget: memory.compute_bytes = 24GiB on a
   // bigger card fails an allocation where a 24 GiB card would.
-  if (device.is_cuda()) cap_cuda_allocator(device.index() < 0 ? 0 : device.index(), plan.compute.budget);
+  if (device.is_cuda()) cap_cuda_allocator(cuda_index(device), plan.compute.budget);
   acct.set_budget(Pool::kCompute, plan.compute.budget);
   acct.set_budget(Pool::kPinned, plan.pinned.budget);
   acct.set_budget(Pool::kHost, plan.host.budget);
@@ -165,7 +165,7 @@ RunSetup::RunSetup(Config config, std::string resume)
   else if (resume_from.empty()) model.init_weights(static_cast<uint64_t>(cfg.train.seed));
   make_optimizer();
   if (cfg.train.peak_tflops > 0) peak_tflops = cfg.train.peak_tflops;
-  else if (device.is_cuda()) peak_tflops = gpu_peak_tflops(cuda_device_name(device.index() < 0 ? 0 : device.index()), cfg.train.dtype);
+  else if (device.is_cuda()) peak_tflops = gpu_peak_tflops(cuda_device_name(cuda_index(device)), cfg.train.dtype);
 
   // Resume: weights, schedule, data position, optimizer state per unit.
   if (!resume_from.empty()) {
@@ -195,7 +195,7 @@ void RunSetup::make_optimizer() {
     storage.stager.nvme_paths = cfg.memory.nvme_paths;
     storage.shard_rank = shards() > 1 ? pg->rank() : 0;
     storage.shard_count = shards();
-    if (device.is_cuda()) storage.stager.compute_stream = torch_current_cuda_stream(device.index() < 0 ? 0 : device.index());
+    if (device.is_cuda()) storage.stager.compute_stream = torch_current_cuda_stream(cuda_index(device));
     if (pg->world_size() > 1)  // every rank stages its own state: a directory of its own on each path
       for (std::string& path : storage.stager.nvme_paths) {
         path += "/rank" + std::to_string(pg->rank());
@@ -290,7 +290,7 @@ std::vector<std::string> RunSetup::banner() const {
                               device.is_cuda() ? "cuda" : "cpu",
                               device.is_cuda() ? "" : fmt::format(" with {} threads", torch::get_num_threads())));
   // What the MFU in metrics.jsonl is measured against, and where that figure came from.
-  const std::string gpu = device.is_cuda() ? cuda_device_name(device.index() < 0 ? 0 : device.index()) : "";
+  const std::string gpu = device.is_cuda() ? cuda_device_name(cuda_index(device)) : "";
   if (peak_tflops)
     lines.push_back(fmt::format("utilisation: MFU against a peak of {:g} TFLOP/s ({})", *peak_tflops,
                                 tc.peak_tflops > 0 ? "train.peak_tflops" : fmt::format("{}, {} dense", gpu, tc.dtype)));
@@ -352,7 +352,7 @@ torch::Device resolve_device(const std::string& device, int index) {
 void apply_device_budget(MemoryConfig& mem, const torch::Device& device) {
   if (!device.is_cuda() || !mem.compute_bytes.is_auto) return;
 #ifdef BCD_HAVE_CUDA_KERNELS
-  const size_t total = cuda_device_total_bytes(device.index() < 0 ? 0 : device.index());
+  const size_t total = cuda_device_total_bytes(cuda_index(device));
   if (total > 0) mem.compute_bytes = Bytes{total, false};
 #endif
 }

@@ -101,6 +101,9 @@ class RunSetup {
 // budget) becomes each rank's 1/local_ranks share of what /proc/meminfo reports.
 void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks);
 
+// The CUDA device index of `device` ("cuda" without an index is device 0).
+inline int cuda_index(const torch::Device& device) { return device.index() < 0 ? 0 : device.index(); }
+
 // [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
 // usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
 // no kernel image in this build), "auto" (cuda when usable). `index`: the GPU (a rank's LOCAL_RANK).

@@ -243,8 +243,8 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
     }
     switch_due = run.sched.step();
 
-    // One rank's signal stops all, at the step every rank saw it in the reduction above (a
-    // signal that came later stops the next step); a single rank stops at once.
+    // A signal stops the run after the step whose loss read saw it (`fired`); one that came later
+    // stops the next step. With ranks, one rank's signal stops all, at the same step.
     int stop = fired;                                                           // checkpoint
     if (world > 1) stop = sums[1] > 0 ? (stop ? stop : SIGTERM) : 0;
     if (run.can_checkpoint() && (stop || every)) {
