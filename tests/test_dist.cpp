@@ -214,9 +214,11 @@ void expect_weights_close(const std::string& a, const std::string& b, double tol
 }
 
 // Two 2-rank runs of `steps` steps, the second with `other` on top of `extra`: bitwise the same
-// losses, gradient norms and final weights. Their metrics (empty after a failure).
+// losses and final weights, and gradient norms within `norm_tol` (relative; 0: bitwise). Their
+// metrics (empty after a failure).
 std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> bitwise_pair(
-    const std::string& a, const std::string& b, int steps, const std::string& extra, const std::string& other) {
+    const std::string& a, const std::string& b, int steps, const std::string& extra, const std::string& other,
+    double norm_tol = 0.0) {
   const std::string common = " --train.steps=" + std::to_string(steps) + extra;
   auto ra = test::run_bcdtrain("launch --nproc 2 " + DataParallel::train(a, 4, common));
   EXPECT_EQ(ra.exit_code, 0) << ra.output;
@@ -228,7 +230,12 @@ std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> bitwise_pair
   EXPECT_EQ(mb.size(), static_cast<size_t>(steps));
   for (size_t i = 0; i < std::min(ma.size(), mb.size()); ++i) {
     EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << i + 1;
-    EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>()) << "step " << i + 1;
+    const double na = ma[i]["grad_norm"].get<double>(), nb = mb[i]["grad_norm"].get<double>();
+    if (norm_tol == 0.0) {
+      EXPECT_EQ(na, nb) << "step " << i + 1;
+    } else {
+      EXPECT_NEAR(na, nb, norm_tol * nb) << "step " << i + 1;
+    }
   }
   expect_weights_close(DataParallel::path(a) + "/model.h5", DataParallel::path(b) + "/model.h5", 0.0);
   return {ma, mb};
@@ -317,12 +324,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Sharding changes who updates which element, not the arithmetic: with bf16 working weights
 // (fp32 masters in the sharded state, bf16 on the wire) the run is bitwise the replicated one.
+// Only the gradient norm is summed in other pieces (each rank's ranges, then over the ranks), so
+// it may differ in the last bits, and with it a clipping factor: clipping is off here.
 TEST_F(DataParallel, ShardedStateIsBitwiseTheReplicatedState) {
-  const auto [ma, mb] = bitwise_pair("shard-on", "shard-off", 8, " --train.dtype=bf16 --bcd.state_on_switch=keep",
-                                     " --dist.shard_state=false");
+  const auto [ma, mb] = bitwise_pair("shard-on", "shard-off", 8,
+                                     " --train.dtype=bf16 --bcd.state_on_switch=keep --train.grad_clip=0",
+                                     " --dist.shard_state=false", 1e-12);
   ASSERT_FALSE(ma.empty());
-  EXPECT_GT(ma.back()["comm_bytes_total"].get<double>(), mb.back()["comm_bytes_total"].get<double>())
-      << "the sharded run also all-gathers the updated weights";
+  // Sharded: each piece of the gradient is reduced into its owner (half an all-reduce's bytes)
+  // and the updated bf16 weights are all-gathered (the other half, at half the width of fp32).
+  const double sharded = ma.back()["comm_bytes_total"].get<double>(), replicated = mb.back()["comm_bytes_total"].get<double>();
+  EXPECT_LT(sharded, 0.8 * replicated);
+  EXPECT_GT(sharded, 0.7 * replicated);
 }
 
 // The next step's forward below the active unit runs while the gradient is on the wire; the
@@ -432,7 +445,8 @@ TEST_F(DataParallel, AHungRankTimesOutTheOthersAndTheLauncherKillsIt) {
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string log = test::read_text(path("hung.log"));
   EXPECT_NE(code, 0) << log;
-  EXPECT_NE(log.find("rank 0 of 2: all-reduce failed"), std::string::npos) << log;
+  EXPECT_TRUE(log.find("rank 0 of 2: all-reduce failed") != std::string::npos ||
+              log.find("rank 0 of 2: reduce failed") != std::string::npos) << log;
   EXPECT_NE(log.find("rank 1 did not answer: stopped, hung or dead"), std::string::npos) << "names the hung one: " << log;
   EXPECT_NE(log.find("rank 1 (pid " + std::to_string(ranks[1]) + ") did not stop in 2 s: killed"), std::string::npos)
       << log;

@@ -215,17 +215,27 @@ void BlockAdamW::set_gathered_weights(const torch::Tensor& all) {
   BCD_CHECK(all.numel() == u.own.chunk * shard_count_, "set_gathered_weights: {} elements for {} x {}", all.numel(),
             shard_count_, u.own.chunk);
   torch::NoGradGuard ng;
+  std::vector<int64_t> at(static_cast<size_t>(shard_count_), 0);  // per rank: elements of its slice placed
+  for (const GradRange& g : grad_ranges()) {  // each rank's ranges in its slice's order
+    if (g.rank != shard_rank_)  // ours is in place
+      model_.block(g.block).data().narrow(0, g.begin, g.len).copy_(all.narrow(0, g.rank * u.own.chunk + at[g.rank], g.len));
+    at[g.rank] += g.len;
+  }
+}
+
+std::vector<GradRange> BlockAdamW::grad_ranges() const {
+  BCD_CHECK(active_ >= 0, "grad_ranges before activate");
+  const UnitLayout& u = layout_[active_];
+  std::vector<GradRange> out;
   for (int rank = 0; rank < shard_count_; ++rank) {
-    if (rank == shard_rank_) continue;  // ours is in place
     const ShardRange sr = shard_range(u.elems, rank, shard_count_);
     for (const SegRef& r : u.segs) {
       const int64_t lo = std::max(r.offset, sr.begin), hi = std::min(r.offset + r.numel, sr.begin + sr.len);
-      if (hi <= lo) continue;
-      Block& blk = model_.block(r.block);
-      const int64_t at = blk.segments()[r.segment].begin + (lo - r.offset);
-      blk.data().narrow(0, at, hi - lo).copy_(all.narrow(0, rank * u.own.chunk + (lo - sr.begin), hi - lo));
+      if (hi > lo)
+        out.push_back({r.block, model_.block(r.block).segments()[r.segment].begin + (lo - r.offset), hi - lo, rank});
     }
   }
+  return out;
 }
 
 int64_t BlockAdamW::unit_moment_bytes(int unit) const {

@@ -9,7 +9,7 @@
 // Sharded (data parallel, dist.shard_state): rank r of N owns the contiguous slice
 // shard_range(S, r, N) of each unit's S elements (its segments back to back), and its image,
 // homes and checkpoint state hold that slice only. step() updates the owned slice from the
-// (all-reduced) gradient; the ranks then exchange the updated working weights
+// gradient (reduced into its owners: grad_ranges()); the ranks then exchange the updated working weights
 // (owned_weights() -> all-gather -> set_gathered_weights()).
 #pragma once
 
@@ -25,6 +25,7 @@
 #include "memory/stager.h"
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
+#include "runtime/optimizer.h"
 #include "base/config.h"
 
 namespace bcd {
@@ -75,6 +76,10 @@ class BlockAdamW {
   int shard_rank() const { return shard_rank_; }
   torch::Tensor owned_weights() const;
   void set_gathered_weights(const torch::Tensor& all);
+  // The active unit's gradient ranges, each with the rank whose slice it is (in the unit's
+  // order); sharded, the reduction sums each range into its owner only and the update reads
+  // the owner's. Unsharded: every range is rank 0's.
+  std::vector<GradRange> grad_ranges() const;
 
   // Bytes of optimizer state held now, wherever it lives: moments (+ fp32 masters when they are
   // separate copies of the working weights).

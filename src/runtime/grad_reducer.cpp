@@ -16,12 +16,12 @@ struct GradReducer::Bucket {
   int64_t begin = 0, end = 0;      // elements of the block's flat gradient
   int params = 0;                  // parameters whose gradient lands in it
   int pending = 0;                 // of those, still to come in this backward
-  torch::Tensor wire;              // what goes on the wire: the range itself, or its fp32 copy
-  uint64_t ticket = 0;
+  std::vector<GradRange> pieces;   // sharded: the parts of [begin, end) and their owners
 };
 
 struct GradReducer::State {
   std::vector<const void*> views;  // the trainable parameter views the layout was built for
+  std::vector<GradRange> owners;   // and the owners of their ranges (empty: not sharded)
   std::vector<Bucket> buckets;     // by id (what the hooks name)
   std::vector<size_t> order;       // start order: ids; first the reverse layout, then as observed
   std::vector<size_t> observed;    // ids in the order the first backward completed them
@@ -29,6 +29,7 @@ struct GradReducer::State {
   // Keeps each trainable view's gradient accumulator (and so its hook) alive between steps.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   size_t next = 0;                 // position in `order` of the first bucket not yet started
+  uint64_t last_ticket = 0;        // of the last collective started
   bool armed = false;               // from arm() until finish(): the final backward runs
 };
 
@@ -52,22 +53,23 @@ class GradReducer::ReadyHook : public torch::autograd::FunctionPostHook {
 
 GradReducer::~GradReducer() = default;
 
-void GradReducer::arm(LlamaModel& model) {
+void GradReducer::arm(LlamaModel& model, const std::vector<GradRange>& owners) {
   std::vector<const void*> views;
   for (Block& b : model.blocks())
     for (const torch::Tensor& p : b.params())
       if (p.requires_grad()) views.push_back(p.unsafeGetTensorImpl());
-  if (!state_ || state_->views != views) rebuild(model, std::move(views));
+  if (!state_ || state_->views != views || state_->owners != owners) rebuild(model, std::move(views), owners);
   for (Bucket& k : state_->buckets) k.pending = k.params;
   state_->next = 0;
   state_->armed = true;
   stats_.started_in_backward = 0;
 }
 
-void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views) {
+void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views, const std::vector<GradRange>& owners) {
   state_.reset();  // drops the old accumulators (and hooks) before new ones are made
   auto s = std::make_shared<State>();
   s->views = std::move(views);
+  s->owners = owners;
   // Parameters in reverse layout order: backward reaches the last blocks' and the last
   // parameters' gradients first.
   struct Item {
@@ -107,6 +109,13 @@ void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views) {
     acc->add_post_hook(std::make_unique<ReadyHook>(this, s, s->buckets.size() - 1));
     s->accumulators.push_back(std::move(acc));
   }
+  // Sharded: cut each bucket at its owners' ranges (parts no owner covers are not state).
+  for (Bucket& k : s->buckets)
+    for (const GradRange& o : owners) {
+      if (&model.block(o.block) != k.block) continue;
+      const int64_t lo = std::max(k.begin, o.begin), hi = std::min(k.end, o.begin + o.len);
+      if (hi > lo) k.pieces.push_back({o.block, lo, hi - lo, o.rank});
+    }
   s->order.resize(s->buckets.size());
   for (size_t i = 0; i < s->order.size(); ++i) s->order[i] = i;
   state_ = std::move(s);
@@ -128,9 +137,12 @@ void GradReducer::start(size_t bucket) {
   Bucket& k = state_->buckets[bucket];
   torch::NoGradGuard ng;
   k.block->accumulate_grad(k.begin, k.end - k.begin);  // a bf16 block: the final micro-batch into the fp32 sum
-  const torch::Tensor range = k.block->grad().narrow(0, k.begin, k.end - k.begin);
-  k.wire = range.scalar_type() == torch::kFloat32 ? range : range.to(torch::kFloat32);  // Gloo has no bf16 sum
-  k.ticket = pg_.start_all_reduce_sum(k.wire);
+  const torch::Tensor& g = k.block->grad();  // fp32 (a bf16 block's is its fp32 sum)
+  if (state_->owners.empty()) {
+    state_->last_ticket = pg_.start_all_reduce_sum(g.narrow(0, k.begin, k.end - k.begin));
+  } else {
+    for (const GradRange& p : k.pieces) state_->last_ticket = pg_.start_reduce_sum(g.narrow(0, p.begin, p.len), p.rank);
+  }
   if (state_->armed) ++stats_.started_in_backward;
 }
 
@@ -139,18 +151,17 @@ void GradReducer::finish() {
   State& s = *state_;
   s.armed = false;  // backward is over: what starts now did not overlap it
   for (; s.next < s.order.size(); ++s.next) start(s.order[s.next]);
-  stats_.exposed_s = s.buckets.empty() ? 0.0 : pg_.wait_for(s.buckets[s.order.back()].ticket);  // the last started
+  stats_.exposed_s = s.buckets.empty() ? 0.0 : pg_.wait_for(s.last_ticket);
   stats_.exposed_s_total += stats_.exposed_s;
   torch::NoGradGuard ng;
   const double inv = 1.0 / static_cast<double>(pg_.world_size());
   for (Bucket& k : state_->buckets) {
-    torch::Tensor range = k.block->grad().narrow(0, k.begin, k.end - k.begin);
-    if (k.wire.data_ptr() == range.data_ptr()) {
-      range.mul_(inv);
+    if (s.owners.empty()) {
+      k.block->grad().narrow(0, k.begin, k.end - k.begin).mul_(inv);
     } else {
-      range.copy_(k.wire.mul_(inv));
+      for (const GradRange& p : k.pieces)
+        if (p.rank == pg_.rank()) k.block->grad().narrow(0, p.begin, p.len).mul_(inv);
     }
-    k.wire = torch::Tensor();
   }
   if (!s.learned) learn_order();
 }

@@ -7,6 +7,11 @@
 // completed them in (checked to be the same on every rank).
 // The trainable set changes at every BCD switch, so the buckets are rebuilt whenever the set of
 // trainable parameter views differs from the one they were built for.
+// Sharded optimizer state: a bucket is not all-reduced but each of its pieces is reduced into the
+// rank that owns that piece of the unit (one collective per owner the bucket spans: the bucket
+// layout does not depend on the shards); only the owners' pieces hold the mean afterwards. A
+// reduce sends half the bytes of an all-reduce, and the all-gather of the updated weights that
+// follows the update is the other half: a sharded step moves what a replicated one does.
 #pragma once
 
 #include <torch/torch.h>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "model/llama.h"
+#include "runtime/optimizer.h"
 #include "runtime/process_group.h"
 
 namespace bcd {
@@ -25,11 +31,13 @@ class GradReducer {
   GradReducer(ProcessGroup& pg, uint64_t bucket_bytes) : pg_(pg), bucket_bytes_(bucket_bytes) {}
   ~GradReducer();
 
-  // Before the step's final backward: rebuild the buckets if the trainable views changed, and
-  // arm them, so backward starts each bucket as it completes.
-  void arm(LlamaModel& model);
+  // Before the step's final backward: rebuild the buckets if the trainable views (or the owners)
+  // changed, and arm them, so backward starts each bucket as it completes. `owners`: the
+  // ranges of the active unit's gradient by owning rank (BlockAdamW::grad_ranges()) when the
+  // state is sharded; empty: every rank gets the whole sum.
+  void arm(LlamaModel& model, const std::vector<GradRange>& owners = {});
   // After that backward: starts what backward did not (parameters it never reached), waits for
-  // all, and leaves the mean over ranks in the gradient buffers.
+  // all, and leaves the mean over ranks in the gradient buffers (sharded: in this rank's ranges).
   void finish();
 
   struct Stats {
@@ -45,7 +53,7 @@ class GradReducer {
   struct Bucket;
   struct State;
   class ReadyHook;
-  void rebuild(LlamaModel& model, std::vector<const void*> views);
+  void rebuild(LlamaModel& model, std::vector<const void*> views, const std::vector<GradRange>& owners);
   void ready(size_t bucket);
   void start(size_t bucket);
   void learn_order();

@@ -1,6 +1,7 @@
 // Baseline AdamW over per-block flat buffers, LR schedule and gradient clipping.
 #include "runtime/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -17,23 +18,53 @@ double lr_at(const TrainConfig& t, int64_t step) {
   return min_lr + 0.5 * (t.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
+namespace {
+
+// sum(g^2) in fp64, a chunk at a time (no fp64 copy of a whole gradient). fp32 accumulation over
+// millions of elements is good to about 1e-5 only, and then depends on how the gradient is cut
+// into pieces (whole blocks on one rank, owned slices on several); fp64 makes the global norm the
+// same figure however it is cut.
+torch::Tensor range_sq(const torch::Tensor& g) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  torch::Tensor sq;
+  for (int64_t at = 0; at < g.numel(); at += kChunk) {
+    const torch::Tensor c = g.narrow(0, at, std::min(kChunk, g.numel() - at)).to(torch::kFloat64);
+    sq = sq.defined() ? sq + at::dot(c, c) : at::dot(c, c);
+  }
+  return sq.defined() ? sq : torch::zeros({}, g.options().dtype(torch::kFloat64));
+}
+
+// max_norm / (norm + 1e-6) where the norm exceeds max_norm, else exactly 1 (x * 1 is x).
+torch::Tensor clip_scale(const torch::Tensor& norm, double max_norm) {
+  return torch::where(norm > max_norm, max_norm / (norm + 1e-6), torch::ones_like(norm));
+}
+
+}  // namespace
+
 torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm) {
   torch::NoGradGuard ng;
   torch::Tensor sq;
-  // fp32 accumulation per block (no temporary copy of the gradient), blocks summed in double, one
-  // after the other: the same arithmetic as reading each block's norm and summing on the host.
   for (Block& b : model.blocks())
-    if (b.grad().defined()) {
-      const torch::Tensor n = at::norm(b.grad(), 2, {0}, false, torch::kFloat32).to(torch::kFloat64);
-      sq = sq.defined() ? sq + n * n : n * n;
-    }
+    if (b.grad().defined()) sq = sq.defined() ? sq + range_sq(b.grad()) : range_sq(b.grad());
   if (!sq.defined()) return torch::zeros({}, torch::kFloat64);
   const torch::Tensor norm = sq.sqrt();
   if (max_norm > 0) {
-    // max_norm / (norm + 1e-6) where the norm exceeds max_norm, else exactly 1 (x * 1 is x).
-    const torch::Tensor scale = torch::where(norm > max_norm, max_norm / (norm + 1e-6), torch::ones_like(norm));
+    const torch::Tensor scale = clip_scale(norm, max_norm);
     for (Block& b : model.blocks())
       if (b.grad().defined()) b.grad().mul_(scale);
+  }
+  return norm;
+}
+
+torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm, const std::vector<GradRange>& owned,
+                             const std::function<double(double)>& sum_over_ranks) {
+  torch::NoGradGuard ng;
+  torch::Tensor sq = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(model.block(0).data().device()));
+  for (const GradRange& r : owned) sq = sq + range_sq(model.block(r.block).grad().narrow(0, r.begin, r.len));
+  const torch::Tensor norm = torch::tensor(std::sqrt(sum_over_ranks(sq.item<double>())), torch::kFloat64).to(sq.device());
+  if (max_norm > 0) {
+    const torch::Tensor scale = clip_scale(norm, max_norm);
+    for (const GradRange& r : owned) model.block(r.block).grad().narrow(0, r.begin, r.len).mul_(scale);
   }
   return norm;
 }

@@ -5,7 +5,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "model/llama.h"
 #include "base/config.h"
@@ -21,6 +23,23 @@ double lr_at(const TrainConfig& t, int64_t step);
 // fp64 tensor on the gradients' device: nothing here waits for the device, so a GPU step is
 // not drained to clip; whoever needs the figure reads it (the trainer, on logged steps).
 torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm);
+
+// A range of one block's flat gradient, and the rank whose optimizer shard owns it (data
+// parallel with sharded state: only the owner holds its summed value after the reduction).
+struct GradRange {
+  int block = 0;
+  int64_t begin = 0, len = 0;
+  int rank = 0;
+  bool operator==(const GradRange& o) const {
+    return block == o.block && begin == o.begin && len == o.len && rank == o.rank;
+  }
+};
+
+// The same over a sharded gradient: the norm of the `owned` ranges (this rank's), squared and
+// summed over ranks by `sum_over_ranks` (the global norm), and only those ranges scaled. This
+// reads the partial norm on the host (the ranks exchange it).
+torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm, const std::vector<GradRange>& owned,
+                             const std::function<double(double)>& sum_over_ranks);
 
 class FullAdamW {
  public:

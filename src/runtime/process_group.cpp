@@ -119,7 +119,7 @@ struct ProcessGroup::Impl {
 #ifdef BCD_HAVE_C10D
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  std::deque<c10::intrusive_ptr<c10d::Work>> in_flight;  // tickets finished_+1 .. started_
+  std::deque<std::pair<c10::intrusive_ptr<c10d::Work>, const char*>> in_flight;  // tickets finished_+1 .. started_, and what they are
 #endif
 };
 
@@ -258,11 +258,31 @@ uint64_t ProcessGroup::start_all_reduce_sum(const torch::Tensor& t) {
 #ifdef BCD_HAVE_C10D
   std::vector<at::Tensor> one{t};
   try {
-    impl_->in_flight.push_back(impl_->pg->allreduce(one));
+    impl_->in_flight.emplace_back(impl_->pg->allreduce(one), "all-reduce");
   } catch (const std::exception& e) {
     fail("all-reduce", e);
   }
-  bytes_reduced_ += static_cast<uint64_t>(t.nbytes());
+  bytes_sent_ += 2.0 * (world_size_ - 1) / world_size_ * static_cast<double>(t.nbytes());
+#endif
+  return ++started_;
+}
+
+uint64_t ProcessGroup::start_reduce_sum(const torch::Tensor& t, int root) {
+  BCD_CHECK(t.is_contiguous() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64),
+            "start_reduce_sum: expected a contiguous fp32/fp64 tensor");
+  BCD_CHECK(root >= 0 && root < world_size_, "start_reduce_sum: root {} of {}", root, world_size_);
+  if (world_size_ == 1) return ++started_, finished_ = started_;
+#ifdef BCD_HAVE_C10D
+  std::vector<at::Tensor> one{t};
+  c10d::ReduceOptions opts;
+  opts.rootRank = root;
+  opts.reduceOp = c10d::ReduceOp::SUM;
+  try {
+    impl_->in_flight.emplace_back(impl_->pg->reduce(one, opts), "reduce");
+  } catch (const std::exception& e) {
+    fail("reduce", e);
+  }
+  if (root != rank_) bytes_sent_ += static_cast<double>(t.nbytes());
 #endif
   return ++started_;
 }
@@ -273,12 +293,12 @@ double ProcessGroup::wait_for(uint64_t ticket) {
 #ifdef BCD_HAVE_C10D
   try {
     while (finished_ < ticket) {
-      impl_->in_flight.front()->wait();
+      impl_->in_flight.front().first->wait();
       impl_->in_flight.pop_front();
       ++finished_;
     }
   } catch (const std::exception& e) {
-    fail("all-reduce", e);
+    fail(impl_->in_flight.front().second, e);
   }
 #endif
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -311,7 +331,7 @@ void ProcessGroup::all_gather(const torch::Tensor& in, const torch::Tensor& out)
   } catch (const std::exception& e) {
     fail("all-gather", e);
   }
-  bytes_gathered_ += static_cast<uint64_t>(in.nbytes()) * static_cast<uint64_t>(world_size_ - 1);
+  bytes_sent_ += static_cast<double>(in.nbytes()) * (world_size_ - 1);
 #endif
 }
 

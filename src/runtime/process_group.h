@@ -55,6 +55,9 @@ class ProcessGroup {
   // every rank must start the same collectives in the same order. The tensor must not be touched
   // until wait_for(ticket) (or a later ticket) returns.
   uint64_t start_all_reduce_sum(const torch::Tensor& t);
+  // The same, summed into rank `root`'s tensor only (the others' are left undefined): the piece
+  // of a gradient that one rank's optimizer shard owns.
+  uint64_t start_reduce_sum(const torch::Tensor& t, int root);
   // Waits for every collective started up to `ticket`; returns the seconds spent waiting.
   // UserError naming this rank when a peer is gone or the [dist] timeout passes.
   double wait_for(uint64_t ticket);
@@ -67,8 +70,11 @@ class ProcessGroup {
   std::vector<double> sum_over_ranks(std::vector<double> values);
   void barrier();
 
-  uint64_t bytes_reduced() const { return bytes_reduced_; }  // payload bytes this rank all-reduced
-  uint64_t bytes_gathered() const { return bytes_gathered_; }  // bytes this rank received by all_gather
+  // Bytes this rank has sent in all-reduces, reduces and all-gathers, as the ring algorithms
+  // NCCL and Gloo use for large messages send them: an all-reduce of S bytes 2(N-1)/N x S, a
+  // reduce S on every rank but the root (the chain ends there), an all-gather of S-byte
+  // pieces (N-1) x S. The same arithmetic on every backend, so runs compare.
+  uint64_t bytes_sent() const { return static_cast<uint64_t>(bytes_sent_); }
 
  private:
   struct Impl;
@@ -77,7 +83,7 @@ class ProcessGroup {
   std::string absent_ranks() const;  // after a failed collective: the ranks that did not fail it too
 
   int rank_ = 0, world_size_ = 1;
-  uint64_t bytes_reduced_ = 0, bytes_gathered_ = 0;
+  double bytes_sent_ = 0;
   uint64_t started_ = 0, finished_ = 0;  // tickets
   std::unique_ptr<Impl> impl_;
 };

@@ -43,9 +43,13 @@ class RunSetup {
   int grad_from() const;
   // Data parallel: before the step's final backward, arm the gradient buckets (rebuilt when the
   // trainable set changed), so backward starts summing them over ranks as each completes; after
-  // it, reduce_gradients() leaves the mean over ranks. No-ops on one rank.
+  // it, reduce_gradients() leaves the mean over ranks (sharded: in the ranges this rank's
+  // optimizer slice owns, all that its update reads). No-ops on one rank.
   void arm_reduction();
   void reduce_gradients();
+  // The global gradient norm, clipped to train.grad_clip (optimizer.h's clip_grad_norm); with
+  // sharded state, of the ranges this rank owns, the norm summed over ranks.
+  torch::Tensor clip_gradients();
   // After each micro-batch's backward: bf16 blocks add it to their fp32 gradient sum (the final
   // one's is added bucket by bucket as the reducer sends it, when there is a reducer).
   void accumulate_gradients(bool final_micro_batch);

@@ -220,7 +220,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
     if (loss_read && !std::isfinite(s.loss))
       user_error("training diverged at step {}: loss is {}{}", step, s.loss,
                  tc.log_every > 1 && world == 1 ? fmt::format(" (read every {} steps: it diverged at or before this one)", tc.log_every) : "");
-    const torch::Tensor grad_norm = clip_grad_norm(run.model, tc.grad_clip);  // clip
+    const torch::Tensor grad_norm = run.clip_gradients();  // clip
     run.update(s.lr);                                            // AdamW
     if (logs) s.grad_norm = grad_norm.item<double>();
     const double dt = seconds_since(t0);
