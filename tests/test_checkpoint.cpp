@@ -1,5 +1,6 @@
 // Training checkpoints: exact resume (2N straight == N, stop, resume N), signals, a SIGKILL
 // during a write, retention, and corrupt or truncated files.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -336,6 +337,47 @@ TEST_F(Checkpoints, CorruptOrTruncatedCheckpointIsAClearError) {
   // going further changes the LR schedule: allowed, and said
   EXPECT_NE(g.output.find("warning: resuming with changed settings: train.steps (3 -> 4)"), std::string::npos)
       << g.output;
+}
+
+// A sharded run's slice files go with their checkpoint file: retention removes an old
+// checkpoint's slices, and slices of no checkpoint (a save that stopped before its checkpoint
+// file, or an earlier save of the same step) go at the next prune; a checkpoint file that cannot
+// be read keeps its slices for whoever looks into it.
+TEST(CheckpointFiles, SlicesGoWithTheirCheckpointFile) {
+  test::TempDir dir("bcd-slices");
+  const std::string d = dir.file("checkpoints");
+  fs::create_directories(d);
+  auto checkpoint = [&](int64_t step, const std::string& token) {
+    const std::string p = fmt::format("{}/step-{:08d}.h5", d, step);
+    CheckpointWriter w(p);
+    w.attr("/", "step", step);
+    w.attr("/", "optimizer_shards", int64_t{2});
+    w.attr("/", "shard_token", token);
+    w.commit();
+    return p;
+  };
+  auto slice = [&](int64_t step, int rank, const std::string& token) {
+    const std::string p = checkpoint_shard_path(fmt::format("{}/step-{:08d}.h5", d, step), rank, 2, token);
+    CheckpointWriter w(p);
+    w.attr("/", "shard_token", token);
+    w.commit();
+    return p;
+  };
+  EXPECT_EQ(checkpoint_shard_path("/r/checkpoints/step-00000012.h5", 1, 4, "00ab"),
+            "/r/checkpoints/step-00000012.shard-1-of-4.00ab.h5");
+  const std::string old = checkpoint(1, "00000000d1");
+  const std::string old0 = slice(1, 0, "00000000d1"), old1 = slice(1, 1, "00000000d1");
+  checkpoint(2, "00000000a2");
+  const std::string kept0 = slice(2, 0, "00000000a2"), kept1 = slice(2, 1, "00000000a2");
+  const std::string earlier = slice(2, 0, "00000000b2");  // an earlier, interrupted save of step 2
+  const std::string lone = slice(3, 1, "00000000c3");     // a save of step 3 that never finished
+  test::write_text(fmt::format("{}/step-{:08d}.h5", d, 4), "not HDF5");
+  const std::string unreadable = slice(4, 0, "00000000e4");
+  ASSERT_EQ(list_checkpoints(d).size(), 3u) << "slice files are not checkpoints";
+  prune_checkpoints(d, 2);
+  EXPECT_FALSE(fs::exists(old));
+  for (const auto& gone : {old0, old1, earlier, lone}) EXPECT_FALSE(fs::exists(gone)) << gone;
+  for (const auto& kept : {kept0, kept1, unreadable}) EXPECT_TRUE(fs::exists(kept)) << kept;
 }
 
 }  // namespace

@@ -87,6 +87,35 @@ TEST_F(DiskFull, ACheckpointThatDoesNotFitStopsTheRunAndKeepsTheEarlierOnes) {
   EXPECT_EQ(c.exit_code, 0) << c.output;
 }
 
+// The same on two ranks with sharded state: each rank writes its slice, and when one rank's
+// part (a slice, or rank 0's checkpoint file) does not fit, every rank stops with the error,
+// the slices of that save are removed, and each checkpoint kept has both of its slices and
+// resumes (on one rank, re-sliced).
+TEST_F(DiskFull, AShardedCheckpointThatDoesNotFitStopsEveryRankAndLeavesNoSlice) {
+#ifndef BCD_HAVE_GLOO
+  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank training";
+#endif
+  FULL_FS(at, "sharded", "6M");
+  const std::string run = at + "/run";
+  auto r = test::run_bcdtrain("launch --nproc 2 " +
+                              train_args(run, " --train.steps=8 --train.checkpoint_every=1 --train.keep_checkpoints=0"
+                                              " --dist.timeout_s=60"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training stopped after step"), std::string::npos) << r.output;
+  EXPECT_FALSE(has_temporaries(run));
+  const auto kept = list_checkpoints(run + "/checkpoints");
+  ASSERT_FALSE(kept.empty()) << "6 MB hold at least the first checkpoint: " << r.output;
+  EXPECT_LT(kept.size(), 8u) << "the disk never filled";
+  size_t slices = 0;
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
+    slices += e.path().filename().string().find(".shard-") != std::string::npos;
+  EXPECT_EQ(slices, 2 * kept.size()) << "two slices per checkpoint kept, none of the save that failed";
+  auto c = test::run_bcdtrain("train --quiet --resume " + kept.back() + " --train.run_dir=" +
+                              dir_->file("sharded-resumed") + " --train.checkpoint_every=0 --train.batch_size=4");
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+}
+
 // model.h5 at the end of a run, and `import --out`: one line, exit 2, nothing left behind.
 TEST_F(DiskFull, AWeightsFileThatDoesNotFitIsOneLineAndReplacesNothing) {
   FULL_FS(at, "weights", "1M");

@@ -350,6 +350,8 @@ TEST_F(DataParallel, ForwardAheadOfTheUpdateChangesNothing) {
   EXPECT_EQ(b.back()["comm_forward_ahead_total"].get<int>(), 0);
 }
 
+// A stopped 2-rank run writes one checkpoint file and a slice file per rank; it resumes bitwise
+// on 2 ranks and, re-sliced, on 1.
 TEST_F(DataParallel, StoppedRunResumesExactlyAndOnOneRank) {
   const std::string extra = " --train.steps=14";
   const std::string full = path("resume-full"), run = path("resume-stopped");
@@ -366,7 +368,36 @@ TEST_F(DataParallel, StoppedRunResumesExactlyAndOnOneRank) {
   EXPECT_LT(at, 14) << "the signal came too late to test anything";
   EXPECT_NE(test::read_text(path("resume.log")).find("launch --nproc 2 train --resume"), std::string::npos)
       << test::read_text(path("resume.log"));
-  // the same checkpoint, twice: on 2 ranks (exact) and on 1 rank with twice the batch
+  // Sharded: the checkpoint file holds no optimizer state; each rank's slice is a file of its
+  // own beside it, named by the save's token.
+  {
+    const CheckpointReader ck(ckpts[0]);
+    EXPECT_EQ(ck.attr_int("/", "optimizer_shards"), 2);
+    EXPECT_FALSE(ck.has("/rank0/optimizer"));
+    const std::string token = ck.attr_str("/", "shard_token");
+    for (int k = 0; k < 2; ++k) {
+      const CheckpointReader slice(checkpoint_shard_path(ckpts[0], k, 2, token));
+      EXPECT_TRUE(slice.has("/rank" + std::to_string(k) + "/optimizer")) << k;
+      EXPECT_EQ(slice.attr_str("/", "shard_of"), fs::path(ckpts[0]).filename().string());
+    }
+    EXPECT_EQ(std::distance(fs::directory_iterator(run + "/checkpoints"), fs::directory_iterator{}), 3)
+        << "the checkpoint file and two slices, nothing else";
+    // A slice is not a checkpoint to resume from, and a checkpoint without one of its slices is
+    // refused, naming it.
+    fs::copy(run, path("resume-broken"), fs::copy_options::recursive);
+    const std::string broken = path("resume-broken") + "/checkpoints/" + fs::path(ckpts[0]).filename().string();
+    auto s = test::run_bcdtrain("train --quiet --resume " + checkpoint_shard_path(broken, 0, 2, token) +
+                                " --train.run_dir=" + path("resume-broken-run"));
+    EXPECT_EQ(s.exit_code, 2) << s.output;
+    EXPECT_NE(s.output.find("one rank's slice of the checkpoint " + fs::path(ckpts[0]).filename().string()),
+              std::string::npos) << s.output;
+    fs::remove(checkpoint_shard_path(broken, 1, 2, token));
+    auto m = test::run_bcdtrain("train --quiet --resume " + path("resume-broken") + " --train.batch_size=8");
+    EXPECT_EQ(m.exit_code, 2) << m.output;
+    EXPECT_NE(m.output.find("rank 1's slice of the optimizer state is missing or unreadable"), std::string::npos)
+        << m.output;
+  }
+  // the same checkpoint, twice: on 2 ranks (exact) and on 1 rank with twice the batch (re-sliced)
   fs::copy(run, path("resume-one"), fs::copy_options::recursive);
   auto r = test::run_bcdtrain("launch --nproc 2 train --quiet --resume " + run);
   ASSERT_EQ(r.exit_code, 0) << r.output;

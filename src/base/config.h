@@ -220,12 +220,12 @@ struct DistConfig {
   void visit(V& v) {
     v("backend", backend, "collectives backend: auto (nccl on CUDA, gloo on the CPU), gloo, nccl");
     v("timeout_s", timeout_s, "seconds a rendezvous or collective may wait for the other ranks before the run fails");
-    v("bucket_bytes", bucket_bytes, "the active unit's gradient is all-reduced in buckets of at most this many bytes");
+    v("bucket_bytes", bucket_bytes, "the active unit's gradient is reduced in buckets of at most this many bytes");
     v("overlap_forward", overlap_forward,
-      "while the gradient is all-reduced, run the next step's forward through the frozen blocks below the active unit");
+      "while the gradient is reduced, run the next step's forward through the frozen blocks below the active unit");
     v("shard_state", shard_state,
       "with several ranks, each owns a contiguous 1/N slice of every unit's master weights and Adam moments "
-      "(updates it, stages it, checkpoints gather it); false: every rank holds all of it");
+      "(updates it, stages it, checkpoints it in a file of its own); false: every rank holds all of it");
   }
 };
 

@@ -1,11 +1,13 @@
 // Checkpoint files: the format check on open, listing and retention.
 #include "io/checkpoint.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <regex>
 
 #include "base/error.h"
@@ -27,6 +29,25 @@ CheckpointReader::CheckpointReader(std::string path) : StateFileReader(std::move
 
 // ---- Files ----
 
+namespace {
+// A slice file's name: (the checkpoint's stem) and (the save's token).
+const std::regex& shard_name() {
+  static const std::regex name(R"((step-\d+)\.shard-\d+-of-\d+\.([0-9a-f]+)\.h5)");
+  return name;
+}
+}  // namespace
+
+bool is_checkpoint_slice(const std::string& path) {
+  return std::regex_match(fs::path(path).filename().string(), shard_name());
+}
+
+std::string checkpoint_shard_path(const std::string& checkpoint, int rank, int count, const std::string& token) {
+  const std::string stem = checkpoint.size() > 3 && checkpoint.compare(checkpoint.size() - 3, 3, ".h5") == 0
+                               ? checkpoint.substr(0, checkpoint.size() - 3)
+                               : checkpoint;
+  return fmt::format("{}.shard-{}-of-{}.{}.h5", stem, rank, count, token);
+}
+
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   static const std::regex name(R"(step-(\d+)\.h5)");
@@ -44,6 +65,11 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 std::string resolve_checkpoint(const std::string& p) {
   std::error_code ec;
+  std::smatch m;
+  const std::string fn = fs::path(p).filename().string();
+  if (std::regex_match(fn, m, shard_name()))
+    user_error("--resume {}: one rank's slice of the checkpoint {}.h5: resume from that file, or from the run directory",
+               p, m[1].str());
   if (fs::is_regular_file(p, ec)) return p;
   if (!fs::is_directory(p, ec)) user_error("--resume {}: no such checkpoint file or run directory", p);
   const auto all = list_checkpoints(p + "/checkpoints");
@@ -60,9 +86,35 @@ void prune_checkpoints(const std::string& dir, int64_t keep) {
     const int pid = std::atoi(fn.c_str() + tmp + 8);
     if (pid != ::getpid() && ::kill(pid, 0) != 0) fs::remove(e.path(), ec);  // its writer is gone
   }
-  if (keep <= 0) return;
-  const auto all = list_checkpoints(dir);
-  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i], ec);
+  if (keep > 0) {
+    const auto all = list_checkpoints(dir);
+    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i], ec);
+  }
+  // Slice files whose checkpoint file is gone or names another save.
+  const std::regex& shard = shard_name();
+  std::map<std::string, std::string> token_of;  // checkpoint file -> its slices' token ("" when none)
+  std::vector<fs::path> orphans;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string fn = e.path().filename().string();
+    if (!std::regex_match(fn, m, shard)) continue;
+    const std::string ckpt = (e.path().parent_path() / (m[1].str() + ".h5")).string();
+    if (!token_of.count(ckpt)) {
+      std::string token;
+      std::error_code ex;
+      if (fs::exists(ckpt, ex)) {
+        try {
+          const CheckpointReader r(ckpt);
+          token = r.has_attr("/", "shard_token") ? r.attr_str("/", "shard_token") : "";
+        } catch (const UserError&) {
+          token = "?";  // unreadable: leave its slices for whoever looks into it
+        }
+      }
+      token_of[ckpt] = token;
+    }
+    if (token_of[ckpt] != "?" && token_of[ckpt] != m[2].str()) orphans.push_back(e.path());
+  }
+  for (const fs::path& p : orphans) fs::remove(p, ec);
 }
 
 }  // namespace bcd

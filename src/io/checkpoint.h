@@ -1,8 +1,11 @@
 // Training checkpoints: one state file (io/state_file.h: atomic, checksummed) per checkpoint,
 // <run_dir>/checkpoints/step-<N>.h5, a superset of the weights file (model/weights.h):
 // /blocks/<name> and the config attribute, plus whatever the trainer needs to continue exactly
-// (runtime/train_state.h: optimizer state per unit, scheduler, loader). Here: the format, and
-// the files of a checkpoint directory.
+// (runtime/train_state.h: optimizer state per unit, scheduler, loader). A run whose optimizer
+// state is sharded over ranks adds one file per rank beside it, that rank's slice:
+// step-<N>.shard-<r>-of-<n>.<token>.h5. The token names the save the slices belong to; the
+// checkpoint file, written last, names it too, so a checkpoint is there only once every slice
+// is. Here: the format, and the files of a checkpoint directory.
 #pragma once
 
 #include <cstdint>
@@ -31,12 +34,21 @@ class CheckpointReader : public StateFileReader {
   explicit CheckpointReader(std::string path);
 };
 
-// Checkpoint files of a directory (step-<N>.h5), oldest first by N; temporaries are ignored.
+// Whether `path` names a slice file (by its name).
+bool is_checkpoint_slice(const std::string& path);
+
+// The slice file of rank `rank` of `count` for the checkpoint file `checkpoint` and save `token`.
+std::string checkpoint_shard_path(const std::string& checkpoint, int rank, int count, const std::string& token);
+
+// Checkpoint files of a directory (step-<N>.h5), oldest first by N; temporaries and slice
+// files are ignored.
 std::vector<std::string> list_checkpoints(const std::string& dir);
-// A checkpoint file as given, or the latest in <run_dir>/checkpoints; UserError when none.
+// A checkpoint file as given, or the latest in <run_dir>/checkpoints; UserError when none, or
+// when the file is a slice file.
 std::string resolve_checkpoint(const std::string& run_dir_or_file);
-// Removes all but the newest `keep` checkpoints of `dir` (keep <= 0: none removed), and
-// temporaries left by a crashed writer.
+// Removes all but the newest `keep` checkpoints of `dir` (keep <= 0: none removed) with their
+// slice files, temporaries left by a crashed writer, and slice files of no checkpoint (a save
+// that stopped before its checkpoint file was committed).
 void prune_checkpoints(const std::string& dir, int64_t keep);
 
 }  // namespace bcd

@@ -335,26 +335,6 @@ void ProcessGroup::all_gather(const torch::Tensor& in, const torch::Tensor& out)
 #endif
 }
 
-void ProcessGroup::gather_to_root(const torch::Tensor& in, const torch::Tensor& out) {
-  if (world_size_ == 1) {
-    all_gather(in, out);
-    return;
-  }
-#ifdef BCD_HAVE_C10D
-  wait_for(started_);
-  std::vector<std::vector<at::Tensor>> outs;
-  if (is_root()) outs.push_back(rank_views(in, out, world_size_));
-  std::vector<at::Tensor> ins{in};
-  try {
-    c10d::GatherOptions opts;
-    opts.rootRank = 0;
-    impl_->pg->gather(outs, ins, opts)->wait();
-  } catch (const std::exception& e) {
-    fail("gather", e);
-  }
-#endif
-}
-
 std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {
   if (world_size_ == 1 || values.empty()) return values;
   torch::Tensor t = torch::tensor(values, torch::kFloat64).to(impl_->device);

@@ -64,8 +64,6 @@ class ProcessGroup {
   // Every rank's `in` (contiguous, the same numel and dtype everywhere), rank after rank, into
   // `out` (world_size x in.numel(), same dtype and device); waits for it.
   void all_gather(const torch::Tensor& in, const torch::Tensor& out);
-  // The same into rank 0's `out` only (others pass an undefined tensor): checkpoints.
-  void gather_to_root(const torch::Tensor& in, const torch::Tensor& out);
   // Sums a few doubles across ranks (losses, counts, flags).
   std::vector<double> sum_over_ranks(std::vector<double> values);
   void barrier();

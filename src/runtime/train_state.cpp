@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <memory>
+#include <random>
 #include <vector>
 
 #include "base/error.h"
@@ -15,90 +18,64 @@ namespace bcd {
 
 namespace {
 
-// Every rank holds the same weights and (global) data position, so rank 0's copy is the
-// checkpoint's. The optimizer state of a sharded run is gathered to rank 0 unit by unit: the
-// checkpoint holds whole units whatever the world size, and a resume on any number of ranks
-// takes its slices from it.
-constexpr int kRank = 0;
+namespace fs = std::filesystem;
 
-std::string unit_group(const TrainUnit& u) { return rank_group(kRank) + "/optimizer/" + u.name; }
+std::string unit_group(int rank, const TrainUnit& u) { return rank_group(rank) + "/optimizer/" + u.name; }
 
-// The whole state of `unit` (regions of S elements) on rank 0, from every rank's slice; every
-// rank takes part. Empty elsewhere, and when the unit holds nothing yet.
-std::vector<float> gathered_unit_state(RunSetup& run, int unit, int64_t* steps) {
-  BlockAdamW& opt = *run.block_opt;
-  std::vector<float> mine = opt.unit_state(unit, steps);
-  const int n = opt.shard_count();
-  if (n == 1) return mine;
-  const int64_t regions = opt.unit_regions(unit), elems = opt.unit_elems(unit);
-  if (regions == 0) return {};
-  const ShardRange own = opt.shard(unit);
-  BCD_CHECK(static_cast<int64_t>(mine.size()) == regions * own.len, "unit {}: {} state elements, expected {} x {}",
-            unit, mine.size(), regions, own.len);
-  torch::Tensor send = torch::zeros({regions * own.chunk}, torch::kFloat32);
-  for (int64_t k = 0; k < regions; ++k)
-    send.narrow(0, k * own.chunk, own.len)
-        .copy_(torch::from_blob(mine.data() + k * own.len, {own.len}, torch::kFloat32));
-  const torch::Device dev = run.pg->device();
-  torch::Tensor all;
-  if (run.is_root()) all = torch::empty({n * regions * own.chunk}, torch::TensorOptions(torch::kFloat32).device(dev));
-  run.pg->gather_to_root(send.to(dev), all);
-  if (!run.is_root()) return {};
-  all = all.cpu();
-  const float* src = all.data_ptr<float>();
-  std::vector<float> whole(static_cast<size_t>(regions * elems));
-  for (int r = 0; r < n; ++r) {
-    const ShardRange sr = shard_range(elems, r, n);
-    for (int64_t k = 0; k < regions; ++k)
-      std::copy_n(src + (r * regions + k) * own.chunk, sr.len, whole.begin() + k * elems + sr.begin);
-  }
-  return whole;
-}
-
-// This rank's slice of a whole unit state read from a checkpoint.
-std::vector<float> own_slice(const BlockAdamW& opt, int unit, std::vector<float> whole, const std::string& where) {
-  if (opt.shard_count() == 1 || whole.empty()) return whole;
-  const int64_t elems = opt.unit_elems(unit);
-  if (static_cast<int64_t>(whole.size()) % elems != 0)
-    user_error("{}: unit {} has {} state elements, not a multiple of its {} parameters", where, opt.units()[unit].name,
-               whole.size(), elems);
-  const ShardRange own = opt.shard(unit);
-  const int64_t regions = static_cast<int64_t>(whole.size()) / elems;
-  std::vector<float> mine(static_cast<size_t>(regions * own.len));
-  for (int64_t k = 0; k < regions; ++k)
-    std::copy_n(whole.begin() + k * elems + own.begin, own.len, mine.begin() + k * own.len);
-  return mine;
-}
-
-// Writes the checkpoint on rank 0 (`w`); the other ranks (w == nullptr) take part in the
-// gathers of the optimizer state only.
-void write_train_state(RunSetup& run, int64_t step, CheckpointWriter* w) {
-  BlockAdamW& opt = *run.block_opt;
-  if (w) {
-    w->attr("/", "config", config_to_toml(run.cfg));
-    w->attr("/", "step", step);
-    w->attr("/", "tokens", step * run.tokens_per_step());
-    w->attr("/", "world_size", static_cast<int64_t>(run.pg->world_size()));
-    for (const Block& b : run.model.blocks()) {
-      torch::Tensor t = b.data().detach().to(torch::kCPU, torch::kFloat32).contiguous();
-      w->floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(t.numel()));
-    }
-    const SchedulerState ss = run.sched.state();
-    w->attr("/scheduler", "epoch", static_cast<int64_t>(ss.epoch));
-    w->attr("/scheduler", "position", static_cast<int64_t>(ss.position));
-    w->attr("/scheduler", "step_in_visit", static_cast<int64_t>(ss.step_in_visit));
-    w->attr("/scheduler", "active", static_cast<int64_t>(opt.active()));
-    const LoaderState ls = run.train_loader.state();
-    const std::string loader = rank_group(kRank) + "/loader";
-    w->attr(loader, "epoch", static_cast<int64_t>(ls.epoch));
-    w->attr(loader, "cursor", static_cast<int64_t>(ls.cursor));
-  }
-  for (int u = 0; u < static_cast<int>(run.units.size()); ++u) {
+// This rank's slice of every unit's optimizer state (whole units when not sharded), under
+// /rank<rank>/optimizer/<unit>: image, steps, elems (the unit's S).
+void write_optimizer_state(BlockAdamW& opt, const std::vector<TrainUnit>& units, int rank, StateFileWriter& w) {
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     int64_t steps = 0;
-    const std::vector<float> img = gathered_unit_state(run, u, &steps);
-    if (!w || (img.empty() && u != opt.active())) continue;  // nothing to keep yet
-    w->floats(unit_group(run.units[u]) + "/image", img.data(), img.size());
-    w->attr(unit_group(run.units[u]), "steps", steps);
+    const std::vector<float> img = opt.unit_state(u, &steps);
+    if (img.empty() && u != opt.active()) continue;  // nothing to keep yet
+    const std::string g = unit_group(rank, units[u]);
+    w.floats(g + "/image", img.data(), img.size());
+    w.attr(g, "steps", steps);
+    w.attr(g, "elems", opt.unit_elems(u));
+  }
+}
+
+// Every rank's part of a save went well, or every rank stops with an error: the rank that failed
+// with its own, the others naming it. `failed`: this rank's error ("" when none); `written`: the
+// file this rank committed in this part, removed when the save is given up.
+void agree(RunSetup& run, const std::string& failed, const std::string& path, const std::string& written,
+           const char* part) {
+  const double failures = run.pg->sum_over_ranks({failed.empty() ? 0.0 : 1.0})[0];
+  if (failures == 0) return;
+  std::error_code ec;
+  if (!written.empty()) fs::remove(written, ec);  // a slice of no checkpoint
+  if (!failed.empty()) user_error("{}", failed);
+  user_error("{}: not written: {} of {} ranks could not write {} (their errors say why)", path,
+             static_cast<int>(failures), run.pg->world_size(), part);
+}
+
+// Rank 0's checkpoint file: weights, schedule, data position, and the optimizer state itself
+// (not sharded) or the token of its slice files.
+void write_checkpoint_file(RunSetup& run, int64_t step, const std::string& token, CheckpointWriter& w) {
+  BlockAdamW& opt = *run.block_opt;
+  w.attr("/", "config", config_to_toml(run.cfg));
+  w.attr("/", "step", step);
+  w.attr("/", "tokens", step * run.tokens_per_step());
+  w.attr("/", "world_size", static_cast<int64_t>(run.pg->world_size()));
+  for (const Block& b : run.model.blocks()) {
+    torch::Tensor t = b.data().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    w.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(t.numel()));
+  }
+  const SchedulerState ss = run.sched.state();
+  w.attr("/scheduler", "epoch", static_cast<int64_t>(ss.epoch));
+  w.attr("/scheduler", "position", static_cast<int64_t>(ss.position));
+  w.attr("/scheduler", "step_in_visit", static_cast<int64_t>(ss.step_in_visit));
+  w.attr("/scheduler", "active", static_cast<int64_t>(opt.active()));
+  const LoaderState ls = run.train_loader.state();
+  const std::string loader = rank_group(0) + "/loader";
+  w.attr(loader, "epoch", static_cast<int64_t>(ls.epoch));
+  w.attr(loader, "cursor", static_cast<int64_t>(ls.cursor));
+  if (opt.shard_count() == 1) {
+    write_optimizer_state(opt, run.units, 0, w);
+  } else {
+    w.attr("/", "optimizer_shards", static_cast<int64_t>(opt.shard_count()));
+    w.attr("/", "shard_token", token);
   }
 }
 
@@ -108,23 +85,64 @@ std::string rank_group(int rank) { return "/rank" + std::to_string(rank); }
 
 std::string save_checkpoint(RunSetup& run, int64_t step) {
   const std::string dir = run.cfg.train.run_dir + "/checkpoints";
-  std::error_code ec;
-  if (run.is_root()) std::filesystem::create_directories(dir, ec);
-  if (ec) user_error("{}: cannot create ({})", dir, ec.message());
   const std::string path = fmt::format("{}/step-{:08d}.h5", dir, step);
-  if (!run.is_root()) {
-    write_train_state(run, step, nullptr);
-    return "";
+  BlockAdamW& opt = *run.block_opt;
+  const int shards = opt.shard_count(), rank = run.pg->rank();
+  std::error_code ec;
+  if (run.is_root() || shards > 1) fs::create_directories(dir, ec);
+  if (ec) user_error("{}: cannot create ({})", dir, ec.message());
+
+  // Sharded: every rank writes its slice under the token rank 0 draws for this save; the
+  // checkpoint file (naming the token) is written only once every slice is committed.
+  std::string token, slice;
+  if (shards > 1) {
+    double drawn = 0;
+    if (run.is_root()) {
+      std::random_device rd;
+      const uint64_t bits = (static_cast<uint64_t>(rd()) << 32 | rd()) ^
+                            static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+      drawn = static_cast<double>(bits & ((uint64_t{1} << 40) - 1));  // exact as a double
+    }
+    token = fmt::format("{:010x}", static_cast<uint64_t>(run.pg->sum_over_ranks({drawn})[0]));
+    std::string failed;
+    try {
+      CheckpointWriter w(checkpoint_shard_path(path, rank, shards, token));
+      w.attr("/", "shard_of", fs::path(path).filename().string());
+      w.attr("/", "shard_token", token);
+      w.attr("/", "shard_rank", static_cast<int64_t>(rank));
+      w.attr("/", "shard_count", static_cast<int64_t>(shards));
+      w.attr("/", "step", step);
+      write_optimizer_state(opt, run.units, rank, w);
+      w.commit();
+      slice = checkpoint_shard_path(path, rank, shards, token);
+    } catch (const UserError& e) {
+      failed = e.what();
+    }
+    agree(run, failed, path, slice, "their slice of the optimizer state");
   }
-  CheckpointWriter w(path);
-  write_train_state(run, step, &w);
-  w.commit();
+
+  std::string failed;
+  if (run.is_root()) {
+    try {
+      CheckpointWriter w(path);
+      write_checkpoint_file(run, step, token, w);
+      w.commit();
+    } catch (const UserError& e) {
+      failed = e.what();
+    }
+  }
+  if (run.pg->world_size() > 1) agree(run, failed, path, slice, "the checkpoint file");
+  else if (!failed.empty()) user_error("{}", failed);
+  if (!run.is_root()) return "";
   prune_checkpoints(dir, run.cfg.train.keep_checkpoints);
   return path;
 }
 
 int64_t read_train_state(RunSetup& run, const std::string& path) {
   CheckpointReader ck(path);
+  if (ck.has_attr("/", "shard_of"))
+    user_error("{}: one rank's slice of the checkpoint {}: resume from that file, or from the run directory", path,
+               ck.attr_str("/", "shard_of"));
   const int64_t step = ck.attr_int("/", "step");
   for (Block& b : run.model.blocks()) {
     torch::Tensor t = torch::empty({b.numel()}, torch::kFloat32);
@@ -141,21 +159,77 @@ int64_t read_train_state(RunSetup& run, const std::string& path) {
   if (active != run.sched.current())
     user_error("{}: /scheduler: active unit {} does not match the schedule's ({}); was the [bcd] config changed?",
                path, active, run.sched.current());
-  const std::string loader = rank_group(kRank) + "/loader";
+  const std::string loader = rank_group(0) + "/loader";
   LoaderState ls;
   ls.epoch = static_cast<uint64_t>(ck.attr_int(loader, "epoch"));
   ls.cursor = static_cast<uint64_t>(ck.attr_int(loader, "cursor"));
   run.train_loader.restore(ls);
 
-  // Inactive units' images go to their homes first; the active one comes into the compute tier.
+  // The optimizer state: whole units in this file (/rank0/optimizer), or rank k of n's slice in
+  // its slice file (/rank<k>/optimizer). Each unit's state of this run's slice is cut from the
+  // slices it overlaps: the same world size reads its own file, another re-slices.
   BlockAdamW& opt = *run.block_opt;
-  auto read_unit = [&](int u) {
-    const std::string g = unit_group(run.units[u]);
-    if (!ck.has(g)) return;
-    std::vector<float> img(ck.length(g + "/image"));
-    ck.floats(g + "/image", img.data(), img.size());
-    opt.restore_unit_state(u, own_slice(opt, u, std::move(img), path), ck.attr_int(g, "steps"), path);
+  const int64_t n = ck.has_attr("/", "optimizer_shards") ? ck.attr_int("/", "optimizer_shards") : 1;
+  if (n < 1 || n > (int64_t{1} << 20)) user_error("{}: optimizer_shards = {}: expected 1 to 2^20 slices", path, n);
+  const std::string token = n > 1 ? ck.attr_str("/", "shard_token") : "";
+  std::vector<std::unique_ptr<CheckpointReader>> slices(static_cast<size_t>(n));
+  auto slice_file = [&](int k) -> const CheckpointReader& {
+    if (n == 1) return ck;
+    if (!slices[k]) {
+      const std::string sp = checkpoint_shard_path(path, k, static_cast<int>(n), token);
+      try {
+        slices[k] = std::make_unique<CheckpointReader>(sp);
+      } catch (const UserError& e) {
+        user_error("{}: rank {}'s slice of the optimizer state is missing or unreadable: {}", path, k, e.what());
+      }
+      const CheckpointReader& f = *slices[k];
+      if (!f.has_attr("/", "shard_token") || f.attr_str("/", "shard_token") != token ||
+          f.attr_int("/", "shard_rank") != k || f.attr_int("/", "shard_count") != n || f.attr_int("/", "step") != step)
+        user_error("{}: not rank {} of {}'s slice of {} (another save wrote it)", sp, k, n, path);
+    }
+    return *slices[k];
   };
+  auto read_unit = [&](int u) {
+    const TrainUnit& tu = run.units[u];
+    const int64_t elems = opt.unit_elems(u);
+    const ShardRange own = opt.shard(u);
+    std::vector<float> mine;
+    int64_t steps = 0, regions = 0;
+    int looked = 0, found = 0;
+    for (int k = 0; k < n; ++k) {
+      const ShardRange old = shard_range(elems, k, static_cast<int>(n));
+      const int64_t lo = std::max(old.begin, own.begin), hi = std::min(old.begin + old.len, own.begin + own.len);
+      if (hi <= lo) continue;
+      ++looked;
+      const CheckpointReader& f = slice_file(k);
+      const std::string g = unit_group(k, tu);
+      if (!f.has(g)) continue;
+      ++found;
+      if (f.has_attr(g, "elems") && f.attr_int(g, "elems") != elems)
+        user_error("{}: {}: a unit of {} state elements, the model's {} has {}", f.path(), g, f.attr_int(g, "elems"),
+                   tu.name, elems);
+      const uint64_t len = f.length(g + "/image");
+      if (len % static_cast<uint64_t>(old.len) != 0)
+        user_error("{}: unit {} has {} state elements, not a multiple of {} ({} of its {} parameters)", f.path(),
+                   tu.name, len, old.len, n > 1 ? "a slice" : "all", elems);
+      const int64_t r = static_cast<int64_t>(len) / old.len;
+      if (found == 1) {
+        regions = r, steps = f.attr_int(g, "steps");
+        mine.assign(static_cast<size_t>(r * own.len), 0.0f);
+      } else if (r != regions || f.attr_int(g, "steps") != steps) {
+        user_error("{}: unit {}: the slices disagree ({} regions after {} updates here, {} after {} in another)",
+                   f.path(), tu.name, r, f.attr_int(g, "steps"), regions, steps);
+      }
+      std::vector<float> img(len);
+      f.floats(g + "/image", img.data(), len);
+      for (int64_t j = 0; j < r; ++j)
+        std::copy_n(img.begin() + j * old.len + (lo - old.begin), hi - lo, mine.begin() + j * own.len + (lo - own.begin));
+    }
+    if (found == 0) return;
+    if (found != looked) user_error("{}: unit {}: only some slices of the optimizer state hold it", path, tu.name);
+    opt.restore_unit_state(u, mine, steps, path);
+  };
+  // Inactive units' images go to their homes first; the active one comes into the compute tier.
   for (int u = 0; u < static_cast<int>(run.units.size()); ++u)
     if (u != active) read_unit(u);
   opt.activate(static_cast<int>(active));

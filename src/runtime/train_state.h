@@ -3,12 +3,15 @@
 //   root attributes     config (TOML), step, tokens, world_size
 //   /blocks/<block>     working weights, fp32
 //   /scheduler          epoch, position, step_in_visit, active (the unit being visited)
-//   /rank<r>/loader     epoch, cursor (the data position of rank r)
-//   /rank<r>/optimizer/<unit>/image, steps   the unit's [master] m v as its home holds them
-// Data parallel: the ranks' weights and data position are the same (the loader's is global), so
-// rank 0 writes. A sharded optimizer state is gathered to rank 0 unit by unit and stored whole
-// under /rank0: a checkpoint does not depend on the world size, and a resume on any number of
-// ranks takes each rank's slice from it (/rank<r> stays free for state that differs by rank).
+//   /rank0/loader       epoch, cursor (the data position: global, every rank's is the same)
+//   /rank0/optimizer/<unit>/image, steps, elems   the unit's [master] m v as its home holds them
+// Data parallel: the ranks' weights and data position are the same, so rank 0 writes the file.
+// A sharded optimizer state stays where it is: rank k of n writes its slice into its own file
+// (io/checkpoint.h's slice file: /rank<k>/optimizer/<unit>, the unit's regions of its slice),
+// all ranks at once, and the checkpoint file says `optimizer_shards` = n and the save's
+// `shard_token` in place of /rank0/optimizer. It is committed only after every slice is, so
+// the checkpoint is there whole or not at all. A resume on m ranks cuts each rank's slice from
+// the slices it overlaps (m = n: its own file; otherwise re-sliced, whole units on one rank).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,9 @@ std::string rank_group(int rank);
 // Writes <run_dir>/checkpoints/step-<step>.h5 (atomically) after `step`, then applies
 // train.keep_checkpoints; returns the path. The active unit must be the schedule's current one
 // (a switch that is due happens before: the next step would start with it). Every rank calls
-// it (sharded state is gathered); rank 0 writes, the others return "".
+// it; sharded, each writes its slice file; rank 0 writes the checkpoint file, the others return
+// "". A rank that cannot write its part makes every rank's call a UserError, and no slice of
+// that save stays behind.
 std::string save_checkpoint(RunSetup& run, int64_t step);
 
 // Restores a checkpoint into a freshly set-up run; returns the step it was written after.

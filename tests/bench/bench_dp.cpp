@@ -2,8 +2,8 @@
 //
 //   bench_dp comm   Bytes each rank moves per step, BCD vs plain data-parallel AdamW, on the
 //                   same model and ranks (both with the default sharded state), from the process
-//                   group's own counters (metrics.jsonl comm_bytes_total: the gradient it
-//                   all-reduced plus the updated weights it received by all-gather). The runs
+//                   group's own counters (metrics.jsonl comm_bytes_total: what the gradient's
+//                   reduces into its owners and the updated weights' all-gather send). The runs
 //                   cover whole block-epochs, so BCD's share is exactly its mean unit size over
 //                   the model: ratio = BCD / AdamW, goal ~ 1/D for D blocks of equal size.
 //   bench_dp dp     Scaling efficiency: 2 ranks x 1 thread vs 1 rank x 1 thread on the same
