@@ -3,8 +3,13 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "model/llama.h"
 #include "runtime/optimizer.h"
@@ -127,6 +132,17 @@ TEST_F(TrainerRun, TinyConfigLearnsIn30Steps) {
   for (const char* f : {"config.toml", "model.h5", "tokenizer.model", "samples.txt"})
     EXPECT_TRUE(std::filesystem::exists(run + "/" + f)) << f;
   EXPECT_NE(r.output.find("samples:"), std::string::npos);
+  // summary.json: how it ended and the figures a batch of runs is compared on
+  const auto sj = nlohmann::json::parse(test::read_text(run + "/summary.json"));
+  EXPECT_EQ(sj["status"], "finished");
+  EXPECT_EQ(sj["steps"], 30);
+  EXPECT_EQ(sj["total_steps"], 30);
+  EXPECT_EQ(sj["final_loss"].get<double>(), m.back()["loss"].get<double>());
+  EXPECT_EQ(sj["final_val_loss"].get<double>(), m.back()["val_loss"].get<double>());
+  EXPECT_GT(sj["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(sj["peak_bytes"]["compute"].get<double>(), 0);
+  EXPECT_GT(sj["peak_bytes"]["host"].get<double>(), 0) << "keep: the inactive blocks' moments live on the host";
+  for (const char* k : {"rss_peak_bytes", "stall_ms_total", "wall_s"}) EXPECT_TRUE(sj.contains(k)) << k;
 
   // The saved run is usable by generate and eval.
   auto g = test::run_bcdtrain("generate --run " + run + " --prompt 'The cat' --max-new-tokens 5 --seed 3");
@@ -167,6 +183,74 @@ TEST_F(TrainerRun, DivergenceStopsAtTheNextLoggedStep) {
   EXPECT_NE(r.output.find("training diverged at step 4: loss is"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("read every 4 steps"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(run + "/model.h5"));
+  const auto sj = nlohmann::json::parse(test::read_text(run + "/summary.json"));
+  EXPECT_EQ(sj["status"], "failed");
+  EXPECT_EQ(sj["steps"], 3) << "steps 1-3 finished; step 4 found the divergence";
+  EXPECT_EQ(sj["total_steps"], 12);
+  EXPECT_NE(sj["error"].get<std::string>().find("training diverged at step 4"), std::string::npos) << sj.dump();
+}
+
+// Scripts repeat one command line: `--resume auto` starts the run in an empty run directory,
+// continues a stopped one from its newest checkpoint, leaves a finished one alone, and refuses a
+// directory holding a run of another config (naming the key) without touching it. The
+// checkpoints it leaves serve eval and generate (--checkpoint).
+TEST_F(TrainerRun, ResumeAutoStartsContinuesAndLeavesAFinishedRunAlone) {
+  namespace fs = std::filesystem;
+  const std::string run = run_dir("auto");
+  const std::string cmd = "train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+                          " --model.n_layers=2 --train.steps=30 --train.checkpoint_every=5 --train.log_every=1"
+                          " --train.val_every=0 --sample.prompts='[]' --quiet --train.run_dir=" + run + " --resume auto";
+  test::Background bg(cmd, run_dir("auto.log"));
+  for (int i = 0; i < 3000; ++i) {  // until a few steps are logged (at most a minute)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 7) break;
+  }
+  ASSERT_EQ(kill(bg.pid, SIGTERM), 0);
+  ASSERT_EQ(bg.wait(), 128 + SIGTERM) << test::read_text(run_dir("auto.log"));
+  auto sj = nlohmann::json::parse(test::read_text(run + "/summary.json"));
+  EXPECT_EQ(sj["status"], "stopped");
+  const int64_t stopped_at = sj["steps"].get<int64_t>();
+  ASSERT_LT(stopped_at, 30) << "the signal came too late to test anything";
+
+  auto again = test::run_bcdtrain(cmd);  // the same line: continues
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  sj = nlohmann::json::parse(test::read_text(run + "/summary.json"));
+  EXPECT_EQ(sj["status"], "finished");
+  EXPECT_EQ(sj["steps"], 30);
+  const auto m = read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 30u);
+  for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i]["step"], static_cast<int>(i) + 1);
+
+  const auto model_time = fs::last_write_time(run + "/model.h5");
+  auto done = test::run_bcdtrain(cmd.substr(0, cmd.find(" --quiet")) + cmd.substr(cmd.find(" --quiet") + 8));
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_NE(done.output.find("finished already (30 steps); nothing to do"), std::string::npos) << done.output;
+  EXPECT_EQ(fs::last_write_time(run + "/model.h5"), model_time);
+
+  auto other = test::run_bcdtrain(cmd + " --train.lr=0.5");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("holds a run of another config"), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("train.lr ("), std::string::npos) << other.output;
+  EXPECT_EQ(fs::last_write_time(run + "/model.h5"), model_time);
+  EXPECT_EQ(read_metrics(run + "/metrics.jsonl").size(), 30u);
+
+  // eval and generate from a checkpoint (with the run's tokenizer)
+  const std::string ckpt = run + "/checkpoints/step-00000030.h5";
+  auto e = test::run_bcdtrain("eval --checkpoint " + ckpt + " --batches 2");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto ej = nlohmann::json::parse(e.output.substr(e.output.find('{')));
+  EXPECT_NEAR(ej["perplexity"].get<double>(), std::exp(ej["val_loss"].get<double>()), 1e-3 * ej["perplexity"].get<double>());
+  auto er = test::run_bcdtrain("eval --run " + run + " --batches 2");
+  ASSERT_EQ(er.exit_code, 0) << er.output;
+  EXPECT_EQ(nlohmann::json::parse(er.output.substr(er.output.find('{')))["val_loss"], ej["val_loss"])
+      << "the last checkpoint holds the finished weights";
+  auto g = test::run_bcdtrain("generate --checkpoint " + run + "/checkpoints/step-00000025.h5 --prompt 'The cat'"
+                              " --max-new-tokens 4");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_NE(g.output.find("The cat"), std::string::npos) << g.output;
+  auto both = test::run_bcdtrain("eval --run " + run + " --checkpoint " + ckpt);
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_NE(both.output.find("give --run DIR"), std::string::npos) << both.output;
 }
 
 }  // namespace

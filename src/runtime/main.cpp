@@ -3,6 +3,7 @@
 // Bad input anywhere becomes one line on stderr and exit code 2.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "runtime/launcher.h"
+#include "runtime/run_setup.h"
 #include "runtime/sampler.h"
 #include "runtime/trainer.h"
 
@@ -67,20 +69,54 @@ void split_overrides(int argc, char** argv, std::vector<std::string>& rest,
   }
 }
 
-Config config_from_run(const std::string& run_dir) {
-  const std::string weights = run_dir + "/model.h5";
-  Config cfg;
-  apply_config_text(cfg, read_weights_config(weights), weights);
-  return cfg;
+// What eval and generate run on: a run directory's finished model (--run DIR: model.h5 and the
+// tokenizer.model beside it) or a checkpoint's weights (--checkpoint FILE: a step-N.h5, or any
+// weights file, with the tokenizer of its run directory or beside it).
+struct TrainedModel {
+  Config cfg;                  // the config stored with the weights
+  std::string weights, tokenizer;
+};
+
+TrainedModel trained_model(const char* command, const std::string& run_dir, const std::string& checkpoint) {
+  if (run_dir.empty() == checkpoint.empty())
+    user_error("{}: give --run DIR (its finished model) or --checkpoint FILE (one checkpoint), one of them", command);
+  TrainedModel m;
+  if (!run_dir.empty()) {
+    m.weights = run_dir + "/model.h5", m.tokenizer = run_dir + "/tokenizer.model";
+  } else {
+    m.weights = checkpoint;
+    if (is_checkpoint_slice(checkpoint))
+      user_error("{}: --checkpoint {}: one rank's slice of a checkpoint; give the checkpoint file itself", command,
+                 checkpoint);
+    m.tokenizer = init_from_tokenizer(checkpoint);
+    if (m.tokenizer.empty())
+      user_error("{}: --checkpoint {}: no tokenizer.model beside it or in its run directory", command, checkpoint);
+  }
+  apply_config_text(m.cfg, read_weights_config(m.weights), m.weights);
+  return m;
 }
 
-// The finished model of a run directory (fp32 working weights, whatever the run trained in).
-LlamaModel load_run_model(const std::string& run_dir, const Config& cfg) {
-  configure_threads(cfg.train.threads);
-  LlamaModel model(cfg.model, torch::kFloat32, std::nullopt);  // the run's weights are read next
-  load_weights(model, run_dir + "/model.h5");
+// The weights as an fp32 model (whatever the run trained in).
+LlamaModel load_trained_model(const TrainedModel& m) {
+  configure_threads(m.cfg.train.threads);
+  LlamaModel model(m.cfg.model, torch::kFloat32, std::nullopt);  // the weights are read next
+  load_weights(model, m.weights);
   return model;
 }
+
+// A config as "section.key" -> its TOML value.
+std::map<std::string, std::string> flat_config(Config c) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(config_to_toml(c));
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.size() > 2 && line.front() == '[') section = line.substr(1, line.find(']') - 1);
+    const auto eq = line.find(" = ");
+    if (eq != std::string::npos) out[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
+
 
 // Overrides that change what the remaining steps compute make a resumed run differ from the
 // uninterrupted one: allowed (e.g. a lower learning rate on purpose), but said.
@@ -90,7 +126,7 @@ LlamaModel load_run_model(const std::string& run_dir, const Config& cfg) {
 // compute (LR schedule, batch, Adam's hyper-parameters, data) are applied with a warning: the run
 // goes on, no longer as the uninterrupted one. The rest (where and how it runs: paths, logging,
 // memory, threads, device, ranks) are applied silently.
-void check_resume_overrides(const std::string& ckpt, Config stored, Config now) {
+void check_resume_overrides(const std::string& ckpt, const Config& stored, const Config& now) {
   const std::set<std::string> fixed = {
       "model.hf_config", "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads",
       "model.n_kv_heads", "model.d_ff", "model.qkv_bias", "model.tie_embeddings", "train.dtype", "train.seed",
@@ -101,23 +137,12 @@ void check_resume_overrides(const std::string& ckpt, Config stored, Config now) 
                                           "train.keep_checkpoints", "train.device", "train.peak_tflops", "train.save_model", "model.init_from",
                                           "model.init_std", "model.activation_checkpointing", "memory.",
                                           "sample.", "dist."};
-  auto flat = [](Config& c) {
-    std::map<std::string, std::string> out;
-    std::istringstream in(config_to_toml(c));
-    std::string line, section;
-    while (std::getline(in, line)) {
-      if (line.size() > 2 && line.front() == '[') section = line.substr(1, line.find(']') - 1);
-      const auto eq = line.find(" = ");
-      if (eq != std::string::npos) out[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
-    }
-    return out;
-  };
   auto in = [](const std::set<std::string>& set, const std::string& key) {
     for (const auto& h : set)
       if (key == h || (h.back() == '.' && key.rfind(h, 0) == 0)) return true;
     return false;
   };
-  const auto a = flat(stored), b = flat(now);
+  const auto a = flat_config(stored), b = flat_config(now);
   std::string refused, changed;
   for (const auto& [key, value] : b) {
     auto it = a.find(key);
@@ -132,6 +157,61 @@ void check_resume_overrides(const std::string& ckpt, Config stored, Config now) 
   if (!changed.empty())
     fmt::print(stderr, "bcdtrain: warning: resuming with changed settings: {}; the run continues, but not as the "
                        "uninterrupted run would have\n", changed);
+}
+
+int exit_code(const TrainSummary& s) { return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0; }
+
+// train --config FILE [overrides] --resume auto, for scripts that repeat one command line: the run
+// directory's run goes on from its newest checkpoint when it holds one of this config, starts
+// when it holds none, and is left alone when it has finished. A directory holding a run of
+// another config is refused, naming the keys: never overwritten.
+int train_resume_auto(const std::string& config_file, const std::vector<std::string>& overrides, bool quiet) {
+  namespace fs = std::filesystem;
+  if (config_file.empty() && overrides.empty()) user_error("train: --resume auto needs --config FILE and/or --section.key=value");
+  const Config given = load_config(config_file, overrides);
+  const std::string dir = given.train.run_dir;
+  const std::vector<std::string> ckpts = list_checkpoints(dir + "/checkpoints");
+  std::string held_from;  // what says which config the directory's run has: its newest checkpoint, or config.toml
+  std::error_code ec;
+  if (!ckpts.empty()) held_from = ckpts.back();
+  else if (fs::is_regular_file(dir + "/config.toml", ec)) held_from = dir + "/config.toml";
+  if (held_from.empty()) return exit_code(run_training(given, quiet));  // nothing here yet
+  const Config held = load_config_text(ckpts.empty() ? read_file(held_from, "run config")
+                                                     : CheckpointReader(held_from).attr_str("/", "config"),
+                                       held_from, {});
+  // A run stores [model] resolved to the shape it built: compare like with like.
+  Config now = given;
+  now.model = resolve_model_config(given.model);
+  if (now.model.vocab_size == 0) now.model.vocab_size = held.model.vocab_size;  // the dataset's
+  const auto a = flat_config(held), b = flat_config(now);
+  std::string differ;
+  for (const auto& [key, value] : b) {
+    const auto it = a.find(key);
+    if (key == "train.run_dir" || (it != a.end() && it->second == value)) continue;
+    differ += fmt::format("{}{} ({} there, {} given)", differ.empty() ? "" : ", ", key,
+                          it == a.end() ? "unset" : it->second, value);
+  }
+  if (!differ.empty())
+    user_error("train --resume auto: {} holds a run of another config ({}: {}); give this one another "
+               "train.run_dir, or start afresh there with --overwrite instead of --resume auto",
+               dir, held_from, differ);
+  const auto finished = [&](int64_t steps) {
+    if (!quiet) fmt::print("{}: finished already ({} steps); nothing to do\n", dir, steps);
+    return 0;
+  };
+  if (ckpts.empty()) {  // a run without checkpoints: finished (its summary says), or started afresh
+    const std::string summary = dir + "/summary.json";
+    if (fs::is_regular_file(summary, ec)) {
+      const auto j = nlohmann::json::parse(read_file(summary, "run summary"), nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.value("status", "") == "finished") return finished(j.value("steps", int64_t{0}));
+    }
+    return exit_code(run_training(given, quiet));
+  }
+  const int64_t step = CheckpointReader(ckpts.back()).attr_int("/", "step");
+  if (step >= held.train.steps) return finished(step);
+  Config resumed = held;
+  resumed.train.run_dir = dir;
+  return exit_code(run_training(resumed, quiet, ckpts.back()));
 }
 
 int run(int argc, char** argv) {
@@ -160,7 +240,8 @@ int run(int argc, char** argv) {
   std::string resume;
   train->add_option("--resume", resume,
                     "continue exactly from a checkpoint: a run directory (its newest checkpoint) or a checkpoint file; "
-                    "the config stored in it applies, with --section.key=value overrides on top");
+                    "the config stored in it applies, with --section.key=value overrides on top. auto (with --config): "
+                    "continue train.run_dir's run if it has one of this config, else start it");
 
   // launch (handled above; listed here for --help)
   app.add_subcommand("launch", "run a command as N data-parallel ranks: launch --nproc N [--nnodes M --node-rank K "
@@ -199,8 +280,10 @@ int run(int argc, char** argv) {
   std::vector<std::string> prompts;
   SampleOptions so;
   uint64_t seed = 1;
-  auto* generate = app.add_subcommand("generate", "sample text from a trained run");
-  generate->add_option("--run", run_dir, "run directory (holds model.h5 and tokenizer.model)")->required();
+  std::string from_checkpoint;
+  auto* generate = app.add_subcommand("generate", "sample text from a trained run or a checkpoint");
+  generate->add_option("--run", run_dir, "run directory (holds model.h5 and tokenizer.model)");
+  generate->add_option("--checkpoint", from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run");
   generate->add_option("--prompt", prompts, "prompt text (repeatable)");
   generate->add_option("--max-new-tokens", so.max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
   generate->add_option("--temperature", so.temperature, "sampling temperature; 0 = greedy")
@@ -213,8 +296,9 @@ int run(int argc, char** argv) {
   // eval
   std::string data_dir;
   int64_t eval_batches = 1 << 30, eval_batch_size = 0;
-  auto* eval = app.add_subcommand("eval", "validation loss of a trained run");
-  eval->add_option("--run", run_dir, "run directory")->required();
+  auto* eval = app.add_subcommand("eval", "validation loss and perplexity of a trained run or a checkpoint");
+  eval->add_option("--run", run_dir, "run directory (its finished model.h5)");
+  eval->add_option("--checkpoint", from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run");
   eval->add_option("--data", data_dir, "dataset directory (default: the run's [data] path)");
   eval->add_option("--batches", eval_batches, "at most this many batches (default: the whole split)")
       ->check(CLI::PositiveNumber);
@@ -275,6 +359,10 @@ int run(int argc, char** argv) {
     user_error("config overrides ({}) are only accepted by train, config and plan", overrides.front());
 
   if (train->parsed()) {
+    if (resume == "auto") {
+      if (overwrite) user_error("train: --overwrite starts afresh; it does not go with --resume auto");
+      return train_resume_auto(config_file, overrides, quiet);
+    }
     if (!resume.empty()) {
       if (!config_file.empty())
         user_error("train: --resume takes the config stored in the checkpoint; change it with --section.key=value, not --config");
@@ -285,12 +373,10 @@ int run(int argc, char** argv) {
       check_resume_overrides(ckpt, load_config_text(stored, ckpt, {}), cfg);
       // Resuming a run directory continues in it, wherever it has moved.
       if (std::filesystem::is_directory(resume)) cfg.train.run_dir = resume;
-      const TrainSummary s = run_training(cfg, quiet, ckpt);
-      return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0;
+      return exit_code(run_training(cfg, quiet, ckpt));
     }
     if (config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");
-    const TrainSummary s = run_training(load_config(config_file, overrides), quiet, "", overwrite);
-    return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0;
+    return exit_code(run_training(load_config(config_file, overrides), quiet, "", overwrite));
   } else if (config->parsed()) {
     if (reference) {
       fmt::print("{}", config_reference());
@@ -327,13 +413,15 @@ int run(int argc, char** argv) {
                popt.out_dir, r.n_docs_train, r.n_tokens_train, r.n_docs_val, r.n_tokens_val, r.vocab_size,
                r.unigram_val_loss);
   } else if (generate->parsed()) {
-    Config cfg = config_from_run(run_dir);
-    LlamaModel model = load_run_model(run_dir, cfg);
-    Tokenizer tok = Tokenizer::load(run_dir + "/tokenizer.model");
+    const TrainedModel m = trained_model("generate", run_dir, from_checkpoint);
+    const Config& cfg = m.cfg;
+    LlamaModel model = load_trained_model(m);
+    Tokenizer tok = Tokenizer::load(m.tokenizer);
     if (tok.vocab_size() > cfg.model.vocab_size)
-      user_error("generate: {}/tokenizer.model has {} pieces, more than the model's vocab_size {}", run_dir,
-                 tok.vocab_size(), cfg.model.vocab_size);
+      user_error("generate: {} has {} pieces, more than the model's vocab_size {}", m.tokenizer, tok.vocab_size(),
+                 cfg.model.vocab_size);
     if (prompts.empty()) prompts = cfg.sample.prompts;
+    if (prompts.empty()) user_error("generate: no --prompt given and the run's [sample] prompts are empty");
     for (size_t i = 0; i < prompts.size(); ++i) {
       fmt::print("--- sample {} ---\n{}\n", i + 1, generate_text(model, tok, prompts[i], so, seed + i));
       std::fflush(stdout);
@@ -365,11 +453,12 @@ int run(int argc, char** argv) {
                static_cast<double>(r.tensor_bytes) / 1e9, xopt.out_dir);
     for (const auto& f : r.files) fmt::print("  {}\n", f);
   } else if (eval->parsed()) {
-    Config cfg = config_from_run(run_dir);
-    LlamaModel model = load_run_model(run_dir, cfg);
+    const TrainedModel m = trained_model("eval", run_dir, from_checkpoint);
+    const Config& cfg = m.cfg;
+    LlamaModel model = load_trained_model(m);
     TokenDataset ds = TokenDataset::open(data_dir.empty() ? cfg.data.path : data_dir);
     // A loss on tokens of another tokenizer means nothing: the dataset must use the run's.
-    const std::string run_tok = run_dir + "/tokenizer.model";
+    const std::string& run_tok = m.tokenizer;
     if (read_file(ds.tokenizer_path(), "tokenizer") != read_file(run_tok, "tokenizer"))
       user_error("eval: {} was tokenized with {}, not with the run's {}: its loss would mean nothing "
                  "(prepare it with --tokenizer {})",
@@ -389,7 +478,8 @@ int run(int argc, char** argv) {
                  "available: give a smaller --batch-size",
                  bs, cfg.train.seq_len, format_bytes(need), format_bytes(avail));
     const double loss = evaluate_val_loss(model, ds, bs, cfg.train.seq_len, eval_batches);
-    fmt::print("{{\"val_loss\": {:.6f}, \"unigram_val_loss\": {:.6f}}}\n", loss, ds.unigram_val_loss());
+    fmt::print("{{\"val_loss\": {:.6f}, \"perplexity\": {:.4f}, \"unigram_val_loss\": {:.6f}}}\n", loss,
+               std::exp(loss), ds.unigram_val_loss());
   }
   return 0;
 }

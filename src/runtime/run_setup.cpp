@@ -54,26 +54,6 @@ Tokenizer dataset_tokenizer(const TokenDataset& ds) {
   return tok;
 }
 
-// The tokenizer that came with [model] init_from, where there is one: in an HF directory, beside
-// an imported .h5 (import copies it there), in the run directory of a model.h5 or a checkpoint.
-std::string init_from_tokenizer(const std::string& init_from) {
-  namespace fs = std::filesystem;
-  if (init_from.empty()) return "";
-  std::vector<fs::path> candidates;
-  const std::string hf = hf_init_dir(init_from);
-  if (!hf.empty()) {
-    candidates.push_back(fs::path(hf) / "tokenizer.model");
-  } else {
-    const fs::path dir = fs::path(init_from).parent_path();
-    candidates.push_back(dir / "tokenizer.model");
-    if (dir.filename() == "checkpoints") candidates.push_back(dir.parent_path() / "tokenizer.model");
-  }
-  std::error_code ec;
-  for (const fs::path& c : candidates)
-    if (fs::is_regular_file(c, ec)) return c.string();
-  return "";
-}
-
 MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, int local_ranks, int shards,
                     MemoryAccounting& acct) {
   const TrainConfig& tc = cfg.train;
@@ -141,6 +121,26 @@ std::vector<int> fixed_order(const std::vector<TrainUnit>& units, const BcdConfi
 }
 
 }  // namespace
+
+// The tokenizer that came with [model] init_from, where there is one: in an HF directory, beside
+// an imported .h5 (import copies it there), in the run directory of a model.h5 or a checkpoint.
+std::string init_from_tokenizer(const std::string& init_from) {
+  namespace fs = std::filesystem;
+  if (init_from.empty()) return "";
+  std::vector<fs::path> candidates;
+  const std::string hf = hf_init_dir(init_from);
+  if (!hf.empty()) {
+    candidates.push_back(fs::path(hf) / "tokenizer.model");
+  } else {
+    const fs::path dir = fs::path(init_from).parent_path();
+    candidates.push_back(dir / "tokenizer.model");
+    if (dir.filename() == "checkpoints") candidates.push_back(dir.parent_path() / "tokenizer.model");
+  }
+  std::error_code ec;
+  for (const fs::path& c : candidates)
+    if (fs::is_regular_file(c, ec)) return c.string();
+  return "";
+}
 
 RunSetup::RunSetup(Config config, std::string resume)
     : cfg(std::move(config)),

@@ -105,6 +105,11 @@ class RunSetup {
 // budget) becomes each rank's 1/local_ranks share of what /proc/meminfo reports.
 void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks);
 
+// The tokenizer that comes with weights (an [model] init_from value, or a file eval and generate
+// read), where there is one: in an HF directory ("hf:DIR"), beside an imported .h5 (import
+// copies it there), in the run directory of a model.h5 or of a checkpoint; "" when none.
+std::string init_from_tokenizer(const std::string& init_from);
+
 // The CUDA device index of `device` ("cuda" without an index is device 0).
 inline int cuda_index(const torch::Device& device) { return device.index() < 0 ? 0 : device.index(); }
 

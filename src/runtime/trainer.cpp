@@ -227,6 +227,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
     train_s += dt, interval_s += dt, ++interval_steps, interval_flops += s.flops;
     if (step == run.first_step) sum.first_loss = s.loss;
     if (loss_read) sum.final_loss = s.loss;
+    sum.steps = step;  // done (a failure's summary says how far the run got)
 
     if (validate) {                                                             // validate
       s.val_loss = evaluate_val_loss(run.model, run.ds, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
@@ -370,31 +371,87 @@ std::unique_ptr<DirLock> claim_run_dir(const Config& cfg, bool resuming, bool ov
   return lock;
 }
 
-TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from, bool overwrite) {
-  const std::unique_ptr<DirLock> lock = claim_run_dir(cfg, !resume_from.empty(), overwrite);
+namespace {
+
+// <run_dir>/summary.json, written atomically: how the run ended and the figures runs are compared
+// on (scripts/batch.sh tabulates them).
+void write_summary(const std::string& run_dir, const nlohmann::json& j) {
+  const std::string path = run_dir + "/summary.json", tmp = path + ".tmp";
+  write_file(tmp, j.dump(2) + "\n");
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) user_error("{}: cannot write ({})", path, ec.message());
+}
+
+nlohmann::json run_summary(const char* status, const TrainSummary& sum, int64_t total_steps, double wall_s) {
+  auto number = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  nlohmann::json j;
+  j["status"] = status;
+  j["steps"] = sum.steps;
+  j["total_steps"] = total_steps;
+  j["final_loss"] = sum.steps > 0 ? number(sum.final_loss) : nlohmann::json(nullptr);
+  j["final_val_loss"] = sum.final_val_loss ? number(*sum.final_val_loss) : nlohmann::json(nullptr);
+  j["tokens_per_s"] = sum.tokens_per_s > 0 ? nlohmann::json(sum.tokens_per_s) : nlohmann::json(nullptr);
+  nlohmann::json peak = nlohmann::json::object();
+  for (const char* pool : {"compute", "pinned", "host", "nvme"})
+    peak[pool] = sum.memory.contains(pool) ? sum.memory[pool].value("peak", uint64_t{0}) : uint64_t{0};
+  j["peak_bytes"] = peak;
+  j["rss_peak_bytes"] = sum.rss_peak_bytes;
+  j["stall_ms_total"] = 1e3 * sum.staging.stall_s;
+  j["wall_s"] = wall_s;
+  return j;
+}
+
+// The run itself (run_training's work); `sum` is filled as it goes, so a failure still tells how
+// far it got.
+void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSummary& sum, Clock::time_point t_start) {
   RunSetup run(std::move(cfg), resume_from);
+  sum.steps = run.first_step - 1;
   const Say say = [quiet, root = run.is_root()](const std::string& line) {
     if (!quiet && root) fmt::print("{}\n", line), std::fflush(stdout);
   };
   std::optional<MetricsLog> log = open_run_dir(run);
   for (const std::string& line : run.banner()) say(line);
 
-  TrainSummary sum;
   sum.num_params = run.model.num_params();
   sum.unigram_val_loss = run.ds.unigram_val_loss();
-  const auto t_start = Clock::now();
   const double train_s = train_loop(run, log ? &*log : nullptr, sum, say);
   // Nothing reads the NVMe tier's files after the run (a resume reads its checkpoint): they go,
   // GBs for a 7B model, unless memory.keep_nvme_state.
   if (run.block_opt && !run.cfg.memory.keep_nvme_state) run.block_opt->discard_nvme_at_close();
-  if (sum.stopped_by_signal) return sum;
   if (run.block_opt) {
-    run.block_opt->flush();  // write-backs in flight: their errors surface here
+    if (!sum.stopped_by_signal) run.block_opt->flush();  // write-backs in flight: their errors surface here
     sum.staging = run.block_opt->staging();
   }
   sum.memory = run.acct.to_json();
+  sum.rss_peak_bytes = process_memory_bytes("VmHWM");
   sum.tokens_per_s = static_cast<double>(run.tokens_per_step() * (sum.steps - run.first_step + 1)) / std::max(train_s, 1e-9);
-  if (run.is_root()) write_outputs(run, sum, t_start, say);
+  if (!sum.stopped_by_signal && run.is_root()) write_outputs(run, sum, t_start, say);
+}
+
+}  // namespace
+
+TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from, bool overwrite) {
+  const std::unique_ptr<DirLock> lock = claim_run_dir(cfg, !resume_from.empty(), overwrite);  // rank 0's
+  const std::string run_dir = cfg.train.run_dir;
+  const int64_t total_steps = cfg.train.steps;
+  const auto t_start = Clock::now();
+  TrainSummary sum;
+  try {
+    train_run(std::move(cfg), quiet, resume_from, sum, t_start);
+  } catch (const UserError& e) {
+    if (lock) {
+      nlohmann::json j = run_summary("failed", sum, total_steps, seconds_since(t_start));
+      j["error"] = e.what();
+      try {
+        write_summary(run_dir, j);
+      } catch (const UserError&) {  // the run's own error is the one to report
+      }
+    }
+    throw;
+  }
+  if (lock) write_summary(run_dir, run_summary(sum.stopped_by_signal ? "stopped" : "finished", sum, total_steps,
+                                              seconds_since(t_start)));
   return sum;
 }
 

@@ -32,7 +32,10 @@ struct TrainSummary {
 // Runs the whole training described by `cfg` and writes <run_dir>/{config.toml, metrics.jsonl,
 // model.h5, tokenizer.model, samples.txt}, and checkpoints/step-N.h5 every train.checkpoint_every
 // steps, at the end, and on SIGINT/SIGTERM (then it stops after the current step). Progress goes
-// to stdout unless quiet. `resume_from`: a checkpoint file to continue from, exactly.
+// to stdout unless quiet. Whichever way it ends once the run directory is claimed, it writes
+// <run_dir>/summary.json: status (finished, stopped by a signal, or failed with its error),
+// steps done of total_steps, final loss and validation loss, tokens/s, peak bytes per memory
+// pool, peak RSS, staging stall, wall time. `resume_from`: a checkpoint file to continue from, exactly.
 // The run directory is locked for the run (a second run on it is refused naming the holder's
 // PID), and a fresh run into a directory holding an earlier run's checkpoints is refused
 // unless `overwrite`, which deletes them first.
