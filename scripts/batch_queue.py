@@ -98,7 +98,7 @@ def run_name(config, overrides):
 
 
 def hashed_name(name, config, overrides):
-    safe = re.sub(r"[^A-Za-z0-9.+=_-]", "_", name).lstrip("._-")[:HASH_CUT] or "run"
+    safe = re.sub(r"[^A-Za-z0-9.+=_-]+", "_", name).lstrip("._-")[:HASH_CUT] or "run"
     digest = hashlib.sha1(line_text(config, overrides).encode()).hexdigest()[:8]
     return f"{safe}-{digest}"
 
@@ -149,13 +149,14 @@ def cmd_plan(argv):
             # Two configs with one file name (a/tiny.toml, b/tiny.toml): the line that claimed the
             # plain name first keeps it, the other gets the hash (stable: the claim is on disk).
             owner = claimed_by(run_dir)
-            if taken.get(os.path.normpath(run_dir), text) != text or owner not in (None, text):
+            first = taken.get(os.path.normpath(run_dir), (text,))[0]
+            if first != text or owner not in (None, text):
                 run_dir = os.path.join(runs_dir, hashed_name(name, config, overrides))
             args.append(f"--train.run_dir={run_dir}")
         key = os.path.normpath(run_dir)
-        if taken.get(key, text) != text:
-            raise UsageError(f"{where}: run directory {run_dir} is also that of an earlier line")
-        taken[key] = text
+        if key in taken:
+            raise UsageError(f"{where}: run directory {run_dir} is also that of {taken[key][1]}")
+        taken[key] = (text, where)
         skip = is_finished(read_summary(run_dir))
         plan.append({"index": i, "where": where, "config": config, "overrides": overrides,
                      "line": text, "run_dir": run_dir, "skip": skip})
