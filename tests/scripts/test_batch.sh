@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# Tests of scripts/batch.sh and scripts/sweep.sh against a stub trainer (fixtures/batch/
+# bcdtrain_stub.sh, through $BCDTRAIN); they build nothing and need bash, python3 and coreutils:
+#   queue        a bad key (failed, the queue goes on), a run finished then skipped, a run stopped
+#                by SIGTERM to batch.sh then resumed from its checkpoint; summaries, exit codes,
+#                run directory names stable across calls
+#   interrupt    Ctrl-C at a terminal (SIGINT to batch.sh's process group): the trainer gets one
+#                signal and checkpoints, later runs are not started; a failure from summary.json
+#   naming       run directory names: plain, hashed (lossy, long, a second config of one name),
+#                an explicit train.run_dir, configs as arguments; stable when the queue is reordered
+#   errors       batch.sh's bad arguments and bad queue files: exit 2 naming them, nothing written
+#   sweep_grid   grid order and count, --out, `\,` escapes, and the lines read back by batch.sh
+#   sweep_errors bad sweep arguments: exit 2 naming the argument
+#   sweep_run    --run: the queue written under the runs directory and run through batch.sh
+# Usage: tests/scripts/test_batch.sh CASE [SCRATCH_DIR]
+# (ctest runs each case with a scratch directory in the build tree; by hand a temporary one.)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+batch=$repo/scripts/batch.sh
+sweep=$repo/scripts/sweep.sh
+stub=$here/fixtures/batch/bcdtrain_stub.sh
+case=${1:-}
+scratch=${2:-}
+if [[ -z $scratch ]]; then
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+else
+  rm -rf "$scratch"
+  mkdir -p "$scratch"
+fi
+for tool in python3 mkfifo sha1sum; do
+  command -v "$tool" > /dev/null || { echo "FAIL [$case]: $tool not found (scripts/setup.sh installs it)" >&2; exit 1; }
+done
+[[ -x $stub ]] || { echo "FAIL [$case]: $stub is missing or not executable" >&2; exit 1; }
+export BCDTRAIN=$stub
+cd "$scratch" || exit 1
+mkdir -p configs other
+cp "$here/fixtures/batch/tiny.toml" configs/tiny.toml
+cp "$here/fixtures/batch/tiny.toml" other/tiny.toml
+
+failures=0
+fail() {
+  echo "FAIL [$case]: $*" >&2
+  failures=$((failures + 1))
+}
+# run NAME CMD...: CMD's stdout and stderr to NAME.out and .err; its exit status in $rc.
+run() {
+  local name=$1
+  shift
+  "$@" > "$name.out" 2> "$name.err"
+  rc=$?
+}
+expect_rc() { [[ $rc == "$2" ]] || fail "$1: exit $rc, expected $2; stderr: $(tail -c 600 "$1.err")"; }
+# expect_text NAME out|err TEXT: the stream holds TEXT (fixed string).
+expect_text() { grep -qF -- "$3" "$1.$2" || fail "$1: std$2 lacks \"$3\"; it holds: $(head -c 600 "$1.$2")"; }
+expect_file_text() { grep -qF -- "$2" "$1" 2> /dev/null || fail "$1 lacks \"$2\"; it holds: $(head -c 600 "$1" 2>&1)"; }
+expect_absent() { [[ ! -e $2 ]] || fail "$1: $2 was created"; }
+
+# json_check NAME FILE PYTHON_EXPR...: each expression, on `rows` (FILE's lines as JSON), is true.
+json_check() {
+  local name=$1 file=$2
+  shift 2
+  python3 - "$file" "$@" << 'EOF' || fail "$name: checks of $file failed (above)"
+import json, re, sys
+try:
+    rows = [json.loads(line) for line in open(sys.argv[1])]
+except (OSError, ValueError) as e:
+    sys.exit(f"  cannot read {sys.argv[1]}: {e}")
+bad = [expr for expr in sys.argv[2:] if not eval(expr, {"rows": rows, "re": re})]
+for expr in bad:
+    print(f"  false: {expr}", file=sys.stderr)
+if bad:
+    print("  rows:\n" + "\n".join("    " + json.dumps(r) for r in rows), file=sys.stderr)
+sys.exit(1 if bad else 0)
+EOF
+}
+
+# wait_for_step FILE N: until FILE (a checkpoint marker) holds a step >= N; 0, or 1 after 60 s.
+wait_for_step() {
+  local deadline=$((SECONDS + 60)) step
+  while ((SECONDS < deadline)); do
+    step=$(cat "$1" 2> /dev/null)
+    [[ $step =~ ^[0-9]+$ ]] && ((step >= $2)) && return 0
+    sleep 0.02
+  done
+  fail "$1 never reached step $2 (the run did not start, or batch.sh died: $(tail -c 400 ./*.err))"
+  return 1
+}
+
+# steps_run RUN_DIR: the steps the stub executed, in order, one line.
+steps_run() { sed -n 's/^step //p' "$1/stub.log" | tr '\n' ' '; }
+
+case_queue() {
+  cat > q.txt << 'EOF'
+# one run a line: config and overrides
+configs/tiny.toml --train.bogus=1               # unknown key: fails, the queue goes on
+configs/tiny.toml --train.lr=1e-3               # finishes in the first call, skipped in the second
+
+configs/tiny.toml --train.steps=100 --stub.step_ms=30   # stopped by SIGTERM, resumed
+EOF
+  local bad=runs/tiny__train.bogus=1 fast=runs/tiny__train.lr=1e-3
+  local slow=runs/tiny__train.steps=100__stub.step_ms=30
+  # 1. SIGTERM to batch.sh once the third run has written its second checkpoint.
+  bash "$batch" q.txt > first.out 2> first.err &
+  local pid=$!
+  wait_for_step "$slow/checkpoints/step" 2 && kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  expect_rc first 143
+  expect_text first err "stopped by SIGTERM"
+  local stopped_at
+  stopped_at=$(cat "$slow/checkpoints/step" 2> /dev/null)
+  json_check first runs/batch-summary.jsonl 'len(rows) == 3' \
+    "[r['run_dir'] for r in rows] == ['$bad', '$fast', '$slow']" \
+    '[r["status"] for r in rows] == ["failed", "finished", "stopped"]' \
+    'rows[0]["error"] == "bcdtrain: error: config: unknown key [train] bogus"' \
+    'rows[0]["exit_code"] == 2 and rows[0]["steps"] is None' \
+    'rows[0]["overrides"] == ["--train.bogus=1"] and rows[0]["config"] == "configs/tiny.toml"' \
+    'rows[1]["steps"] == 3 and rows[1]["total_steps"] == 3 and rows[1]["final_loss"] == 2.5' \
+    'rows[1]["final_val_loss"] == 2.75 and rows[1]["tokens_per_s"] == 1500.5 and rows[1]["stall_ms"] == 12.5' \
+    'rows[1]["peak_compute_bytes"] == 3221225472 and rows[1]["peak_host_bytes"] == 1610612736' \
+    'rows[1]["exit_code"] == 0 and rows[1]["error"] is None and rows[1]["wall_s"] >= 0' \
+    "rows[2]['exit_code'] == 143 and rows[2]['steps'] == ${stopped_at:-0} and 2 <= rows[2]['steps'] < 100" \
+    'rows[2]["total_steps"] == 100 and rows[2]["error"] is None'
+  expect_absent first "$bad/summary.json"
+  expect_file_text "$slow/summary.json" '"status": "stopped"'
+  expect_file_text "$slow/train.log" "stopped by SIGTERM at step"
+  expect_file_text "$bad/train.log" "bcdtrain: error: config: unknown key [train] bogus"
+  grep -q "second SIG" "$slow/stub.log" && fail "first: the trainer got a second signal"
+  local md=runs/batch-summary.md
+  expect_file_text "$md" "| failed "
+  expect_file_text "$md" "| stopped "
+  expect_file_text "$md" "| bcdtrain: error: config: unknown key [train] bogus |"
+  expect_file_text "$md" "| 3/3 "
+  expect_file_text "$md" "| 3.0 GiB "
+  expect_file_text "$md" "| 1.5 GiB "
+  expect_file_text "$md" "| $stopped_at/100 "
+  cp runs/batch-summary.jsonl first.jsonl
+
+  # 2. The same queue again: the bad key fails again, the finished run is skipped, the stopped
+  # one resumes from its checkpoint (--resume auto) and finishes.
+  run second bash "$batch" q.txt
+  expect_rc second 1
+  expect_text second err "skipped, already finished in $fast"
+  json_check second runs/batch-summary.jsonl 'len(rows) == 3' \
+    "[r['run_dir'] for r in rows] == ['$bad', '$fast', '$slow']" \
+    '[r["status"] for r in rows] == ["failed", "skipped", "finished"]' \
+    'rows[1]["exit_code"] is None and rows[1]["steps"] == 3' \
+    'rows[2]["steps"] == 100 and rows[2]["total_steps"] == 100 and rows[2]["exit_code"] == 0'
+  json_check stable first.jsonl "[r['run_dir'] for r in rows] == ['$bad', '$fast', '$slow']"
+  expect_file_text runs/batch-summary.md "| skipped (already finished) "
+  expect_file_text runs/batch-summary.md "| 100/100 "
+  [[ $(grep -c '^args:' "$fast/stub.log") == 1 ]] || fail "second: the finished run was run again"
+  [[ $(grep -c '^args:' "$slow/stub.log") == 2 ]] || fail "second: the stopped run was not called again"
+  grep '^args:' "$slow/stub.log" | grep -qv -- '--resume auto' && fail "a call lacks --resume auto: $(cat "$slow/stub.log")"
+  expect_file_text "$slow/stub.log" "resume=auto start=$stopped_at"
+  [[ $(steps_run "$slow") == "$(seq -s ' ' 1 100) " ]] ||
+    fail "second: the resumed run did not continue from step $stopped_at: $(steps_run "$slow")"
+  [[ $(grep -c '^==== ' "$slow/train.log") == 2 ]] || fail "second: $slow/train.log was not appended to"
+}
+
+case_interrupt() {
+  cat > q.txt << 'EOF'
+configs/tiny.toml --stub.fail_at=2
+configs/tiny.toml --train.steps=100 --stub.step_ms=30
+configs/tiny.toml --train.lr=1e-3
+EOF
+  local slow=runs/tiny__train.steps=100__stub.step_ms=30
+  # batch.sh leads its own process group, as a command typed at a terminal does; Ctrl-C there
+  # sends SIGINT to the whole group.
+  set -m
+  bash "$batch" q.txt > ctrl_c.out 2> ctrl_c.err &
+  local pid=$!
+  set +m
+  wait_for_step "$slow/checkpoints/step" 2 && kill -INT -- "-$pid"
+  wait "$pid"
+  rc=$?
+  expect_rc ctrl_c 130
+  grep -q "second SIG" "$slow/stub.log" && fail "ctrl_c: the trainer got two signals (killed without checkpoint)"
+  expect_file_text "$slow/stub.log" "stopped at"
+  json_check ctrl_c runs/batch-summary.jsonl 'len(rows) == 3' \
+    '[r["status"] for r in rows] == ["failed", "stopped", "not_run"]' \
+    'rows[0]["error"] == "stub: failed at step 2" and rows[0]["exit_code"] == 1 and rows[0]["steps"] == 2' \
+    'rows[1]["exit_code"] == 130 and rows[1]["steps"] >= 2' \
+    'rows[2]["exit_code"] is None and rows[2]["run_dir"] == "runs/tiny__train.lr=1e-3"'
+  expect_absent ctrl_c runs/tiny__train.lr=1e-3
+  expect_file_text runs/batch-summary.md "| not run (interrupted) "
+}
+
+case_naming() {
+  local long="--sample.prompts=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+  cat > q.txt << EOF
+configs/tiny.toml --train.lr 1e-3 --train.steps=1
+other/tiny.toml --train.lr=1e-3 --train.steps=1
+configs/tiny.toml '--data.path=data/my set' --train.steps=1
+configs/tiny.toml $long --train.steps=1
+configs/tiny.toml --train.steps=1 --train.run_dir=own/dir
+EOF
+  run first bash "$batch" q.txt
+  expect_rc first 0
+  json_check first runs/batch-summary.jsonl 'len(rows) == 5' \
+    'all(r["status"] == "finished" for r in rows)' \
+    'rows[0]["run_dir"] == "runs/tiny__train.lr=1e-3__train.steps=1"' \
+    'rows[0]["overrides"] == ["--train.lr=1e-3", "--train.steps=1"]' \
+    're.fullmatch(r"runs/tiny__train.lr=1e-3__train.steps=1-[0-9a-f]{8}", rows[1]["run_dir"])' \
+    're.fullmatch(r"runs/tiny__data.path=data_my_set__train.steps=1-[0-9a-f]{8}", rows[2]["run_dir"])' \
+    're.fullmatch(r"runs/tiny__sample.prompts=a{50,}-[0-9a-f]{8}", rows[3]["run_dir"])' \
+    'len(rows[3]["run_dir"]) <= len("runs/") + 89' \
+    'rows[4]["run_dir"] == "own/dir"'
+  [[ -f own/dir/summary.json ]] || fail "first: train.run_dir=own/dir was not used"
+  cp runs/batch-summary.jsonl first.jsonl
+
+  # The lines in another order (the other/tiny.toml line first): every run keeps its directory
+  # (the plain name stays with the line that claimed it) and is skipped.
+  { sed -n 2p q.txt; sed -n 1p q.txt; sed -n '3,$p' q.txt; } > q2.txt
+  run reordered bash "$batch" q2.txt
+  expect_rc reordered 0
+  json_check reordered runs/batch-summary.jsonl 'all(r["status"] == "skipped" for r in rows)'
+  python3 - first.jsonl runs/batch-summary.jsonl << 'EOF' || fail "reordered: run directories changed (above)"
+import json, sys
+first, again = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+a = {(r["config"], tuple(r["overrides"])): r["run_dir"] for r in first}
+b = {(r["config"], tuple(r["overrides"])): r["run_dir"] for r in again}
+if a != b:
+    sys.exit(f"  first:  {a}\n  second: {b}")
+EOF
+
+  # Configs as arguments: one run each, named after the file.
+  run configs bash "$batch" --runs r2 configs/tiny.toml
+  expect_rc configs 0
+  json_check configs r2/batch-summary.jsonl 'len(rows) == 1' 'rows[0]["run_dir"] == "r2/tiny"' \
+    'rows[0]["status"] == "finished" and rows[0]["steps"] == 3'
+
+  # Two lines that would share a run directory are refused before anything runs.
+  printf 'configs/tiny.toml --train.steps=1\n./configs/tiny.toml --train.steps 1\n' > dup.txt
+  run dup bash "$batch" --runs r3 dup.txt
+  expect_rc dup 2
+  expect_text dup err "dup.txt:2: run directory r3/tiny__train.steps=1 is also that of dup.txt:1"
+  expect_absent dup r3
+}
+
+case_errors() {
+  run help bash "$batch" --help
+  expect_rc help 0
+  expect_text help out "--runs"
+  expect_text help out "--resume auto"
+  printf '# nothing\n\n' > empty.txt
+  printf 'configs/tiny.toml stray\n' > stray.txt
+  printf 'configs/tiny.toml --resume=latest\n' > resume.txt
+  printf "configs/tiny.toml '--data.path=x\n" > quote.txt
+  # name | arguments | what stderr must say
+  local cases=(
+    "unknown|--bogus q.txt|unknown flag '--bogus'"
+    "unknown_eq|--bogus=1 q.txt|unknown flag '--bogus'"
+    "no_value|--runs|--runs needs a value"
+    "nothing||no queue file or config given"
+    "missing|nope.txt|queue file 'nope.txt' not found"
+    "empty|empty.txt|queue file 'empty.txt' holds no runs"
+    "stray|stray.txt|stray.txt:1: unexpected 'stray'"
+    "resume|resume.txt|resume.txt:1: --resume is batch.sh's own"
+    "quote|quote.txt|quote.txt:1: No closing quotation"
+    "mixed|configs/tiny.toml q.txt|'q.txt': give one queue file, or configs (*.toml) only"
+    "two_queues|empty.txt stray.txt|'stray.txt': give one queue file, or configs (*.toml) only"
+  )
+  local c name args want
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name args want <<< "$c"
+    # shellcheck disable=SC2086  # args is a word list on purpose
+    run "$name" bash "$batch" --runs "r_$name" $args
+    expect_rc "$name" 2
+    expect_text "$name" err "$want"
+    expect_absent "$name" "r_$name"
+  done
+  run no_trainer env BCDTRAIN="$scratch/none" bash "$batch" --runs r_none configs/tiny.toml
+  expect_rc no_trainer 2
+  expect_text no_trainer err "no trainer at $scratch/none (build it, or set BCDTRAIN)"
+  expect_absent no_trainer r_none
+}
+
+case_sweep_grid() {
+  run grid bash "$sweep" configs/tiny.toml train.lr=1e-3,3e-3 bcd.switch_every=10,20,40 \
+    'sample.prompts=["a"\, "b"],["c\\d"]'
+  expect_rc grid 0
+  python3 - grid.out << 'EOF' || fail "grid: lines differ from the expected grid (above)"
+import itertools, shlex, sys
+got = open(sys.argv[1]).read().splitlines()
+want = [shlex.join(["configs/tiny.toml", f"--train.lr={a}", f"--bcd.switch_every={b}", f"--sample.prompts={c}"])
+        for a, b, c in itertools.product(["1e-3", "3e-3"], ["10", "20", "40"], ['["a", "b"]', '["c\\d"]'])]
+if got != want:
+    sys.exit("  got:\n    " + "\n    ".join(got) + "\n  expected:\n    " + "\n    ".join(want))
+EOF
+  run out bash "$sweep" configs/tiny.toml train.lr=1e-3,3e-3 bcd.switch_every=10,20,40 \
+    'sample.prompts=["a"\, "b"],["c\\d"]' --out sweeps/lr.queue
+  expect_rc out 0
+  [[ ! -s out.out ]] || fail "out: --out also printed the lines: $(head -c 300 out.out)"
+  expect_text out err "12 runs written to sweeps/lr.queue"
+  cmp -s grid.out sweeps/lr.queue || fail "out: sweeps/lr.queue differs from the printed lines"
+  # batch.sh reads the lines back to the same overrides (a value with a comma and a space is one).
+  run plan python3 "$repo/scripts/batch_queue.py" plan runs plan.json --queue sweeps/lr.queue
+  expect_rc plan 0
+  json_check plan <(python3 -c 'import json,sys; [print(json.dumps(e)) for e in json.load(open("plan.json"))]') \
+    'len(rows) == 12' 'rows[0]["overrides"][2] == "--sample.prompts=[\"a\", \"b\"]"' \
+    'rows[1]["overrides"][2] == "--sample.prompts=[\"c\\d\"]"' \
+    'rows[0]["run_dir"] == "runs/tiny__train.lr=1e-3__bcd.switch_every=10__sample.prompts=_a_b_-dad02ca4"' \
+    'len({r["run_dir"] for r in rows}) == 12'
+}
+
+case_sweep_errors() {
+  run help bash "$sweep" --help
+  expect_rc help 0
+  expect_text help out "--run"
+  expect_text help out '\,'
+  # name | arguments | what stderr must say
+  local cases=(
+    "nothing||no CONFIG and KEY=V1,V2 given"
+    "no_grid|configs/tiny.toml|needs at least one KEY=V1,V2 after the config"
+    "config_first|train.lr=1 configs/tiny.toml|'train.lr=1': the first argument is the config file"
+    "no_section|configs/tiny.toml lr=1|'lr=1': expected section.key=V1,V2,..."
+    "no_equals|configs/tiny.toml train.lr|'train.lr': expected section.key=V1,V2,..."
+    "empty|configs/tiny.toml train.lr=|'train.lr=': empty value"
+    "empty_item|configs/tiny.toml train.lr=1,,2|'train.lr=1,,2': empty value"
+    "twice|configs/tiny.toml train.lr=1 train.lr=2|'train.lr=2': key train.lr is given twice"
+    "dup_value|configs/tiny.toml train.lr=1,1|'train.lr=1,1': a value is listed twice"
+    "escape|configs/tiny.toml train.lr=1\\x|'train.lr=1\\x': a backslash escapes only"
+    "trailing|configs/tiny.toml train.lr=1\\|'train.lr=1\\': a backslash escapes only"
+    "run_dir|configs/tiny.toml train.run_dir=a,b|batch.sh names each run's directory itself"
+    "unknown|configs/tiny.toml train.lr=1 --bogus|unknown flag '--bogus'"
+    "out_empty|configs/tiny.toml train.lr=1 --out=|--out needs a value"
+    "out_missing|configs/tiny.toml train.lr=1 --out|--out needs a value"
+    "run_value|configs/tiny.toml train.lr=1 --run=1|--run takes no value"
+  )
+  local c name args want
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name args want <<< "$c"
+    # shellcheck disable=SC2086  # args is a word list on purpose
+    run "$name" bash "$sweep" $args
+    expect_rc "$name" 2
+    expect_text "$name" err "$want"
+    [[ ! -s $name.out ]] || fail "$name: printed lines despite the error: $(head -c 300 "$name.out")"
+  done
+  expect_absent sweep_errors runs
+}
+
+case_sweep_run() {
+  run run bash "$sweep" configs/tiny.toml train.steps=1,2 train.lr=1e-3,2e-3 --run --runs sw
+  expect_rc run 0
+  local queue
+  queue=$(compgen -G 'sw/sweep-tiny-*.queue')
+  [[ -n $queue && $(wc -l < "$queue") == 4 ]] || fail "run: no 4-line sw/sweep-tiny-<hash>.queue: $(ls sw)"
+  json_check run sw/batch-summary.jsonl 'len(rows) == 4' 'all(r["status"] == "finished" for r in rows)' \
+    '[r["steps"] for r in rows] == [1, 1, 2, 2]' \
+    'rows[1]["run_dir"] == "sw/tiny__train.steps=1__train.lr=2e-3"'
+  # The same sweep again: the same queue file, every run skipped.
+  run again bash "$sweep" configs/tiny.toml train.steps=1,2 train.lr=1e-3,2e-3 --run --runs=sw
+  expect_rc again 0
+  [[ $(compgen -G 'sw/sweep-tiny-*.queue' | wc -l) == 1 ]] || fail "again: a second queue file: $(ls sw)"
+  json_check again sw/batch-summary.jsonl 'all(r["status"] == "skipped" for r in rows)'
+}
+
+case $case in
+  queue | interrupt | naming | errors | sweep_grid | sweep_errors | sweep_run) "case_$case" ;;
+  *) echo "usage: tests/scripts/test_batch.sh queue|interrupt|naming|errors|sweep_grid|sweep_errors|sweep_run [SCRATCH_DIR]" >&2; exit 2 ;;
+esac
+if ((failures)); then
+  echo "test_batch $case: $failures failure(s)" >&2
+  exit 1
+fi
+echo "test_batch $case: passed"
