@@ -61,13 +61,22 @@ def read_records(path):
     return records
 
 
+MAX_NAME = 40  # legend names longer than this lose their middle (the plot keeps its width)
+
+
+def elide(name):
+    return name if len(name) <= MAX_NAME else name[:14] + "..." + name[-(MAX_NAME - 17):]
+
+
 def run_names(dirs):
-    """Legend names: each run dir's last path component, or as many components as make them unique."""
+    """Legend names: each run dir's last path component, or as many components as make them unique;
+    long ones elided in the middle (batch.sh's names end in what tells them apart) while they stay unique."""
     parts = [os.path.normpath(os.path.abspath(d)).split(os.sep) for d in dirs]
     for k in range(1, max(len(p) for p in parts) + 1):
         names = ["/".join(p[-k:]) for p in parts]
         if len(set(names)) == len(names):
-            return names
+            short = [elide(n) for n in names]
+            return short if len(set(short)) == len(short) else names
     return [f"{n} ({i + 1})" for i, n in enumerate(names)]  # the same dir twice
 
 

@@ -12,6 +12,9 @@
 #   sweep_grid   grid order and count, --out, `\,` escapes, and the lines read back by batch.sh
 #   sweep_errors bad sweep arguments: exit 2 naming the argument
 #   sweep_run    --run: the queue written under the runs directory and run through batch.sh
+#   real         the real trainer ($BCDTRAIN_REAL, set by ctest to the built binary): a queue of a
+#                run that finishes and one with a bad key, summary.json read into the table, the
+#                finished run skipped the second time, and plot.sh on what it wrote
 # Usage: tests/scripts/test_batch.sh CASE [SCRATCH_DIR]
 # (ctest runs each case with a scratch directory in the build tree; by hand a temporary one.)
 set -uo pipefail
@@ -358,9 +361,41 @@ case_sweep_run() {
   json_check again sw/batch-summary.jsonl 'all(r["status"] == "skipped" for r in rows)'
 }
 
+case_real() {
+  local bin=${BCDTRAIN_REAL:-}
+  [[ -x $bin ]] || { fail "BCDTRAIN_REAL='$bin' is not the built bcdtrain (ctest sets it)"; return; }
+  export BCDTRAIN=$bin
+  run prep "$bin" prepare --input /usr/share/games/fortunes/science --out data --vocab-size 512
+  expect_rc prep 0
+  printf '%s\n' '[data]' 'path = "data"' '[model]' 'd_model = 64' 'n_layers = 2' 'n_heads = 4' 'd_ff = 128' \
+    '[train]' 'batch_size = 2' 'seq_len = 32' 'log_every = 2' 'val_every = 3' 'val_batches = 1' \
+    '[bcd]' 'enabled = true' 'switch_every = 2' '[sample]' 'prompts = []' > configs/real.toml
+  printf '%s\n' 'configs/real.toml --train.steps=6' 'configs/real.toml --train.bogus=1' > q.txt
+  run first bash "$batch" --runs runs q.txt
+  expect_rc first 1
+  json_check first runs/batch-summary.jsonl 'len(rows) == 2' \
+    'rows[0]["status"] == "finished" and rows[0]["steps"] == 6 and rows[0]["total_steps"] == 6' \
+    'rows[0]["final_loss"] > 0 and rows[0]["final_val_loss"] > 0 and rows[0]["tokens_per_s"] > 0' \
+    'rows[0]["peak_compute_bytes"] > 0' \
+    'rows[1]["status"] == "failed" and "unknown key [train] bogus" in rows[1]["error"]'
+  local done_dir
+  done_dir=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["run_dir"])' \
+    runs/batch-summary.jsonl 2> /dev/null)
+  [[ -n $done_dir && -f $done_dir/summary.json && -f $done_dir/model.h5 ]] ||
+    fail "first: no summary.json / model.h5 in '$done_dir'"
+  run second bash "$batch" --runs runs q.txt
+  expect_rc second 1
+  json_check second runs/batch-summary.jsonl 'rows[0]["status"] == "skipped"' 'rows[1]["status"] == "failed"'
+  run plot bash "$repo/scripts/plot.sh" "$done_dir" --out plots
+  expect_rc plot 0
+  for png in loss_vs_step loss_vs_time tokens_per_s memory stall active_block; do
+    [[ -s plots/$png.png ]] || fail "plot: no plots/$png.png: $(tail -c 400 plot.err)"
+  done
+}
+
 case $case in
-  queue | interrupt | naming | errors | sweep_grid | sweep_errors | sweep_run) "case_$case" ;;
-  *) echo "usage: tests/scripts/test_batch.sh queue|interrupt|naming|errors|sweep_grid|sweep_errors|sweep_run [SCRATCH_DIR]" >&2; exit 2 ;;
+  queue | interrupt | naming | errors | sweep_grid | sweep_errors | sweep_run | real) "case_$case" ;;
+  *) echo "usage: tests/scripts/test_batch.sh queue|interrupt|naming|errors|sweep_grid|sweep_errors|sweep_run|real [SCRATCH_DIR]" >&2; exit 2 ;;
 esac
 if ((failures)); then
   echo "test_batch $case: $failures failure(s)" >&2
