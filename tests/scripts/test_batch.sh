@@ -23,15 +23,7 @@ repo=$(cd "$here/../.." && pwd)
 batch=$repo/scripts/batch.sh
 sweep=$repo/scripts/sweep.sh
 stub=$here/fixtures/batch/bcdtrain_stub.sh
-case=${1:-}
-scratch=${2:-}
-if [[ -z $scratch ]]; then
-  scratch=$(mktemp -d)
-  trap 'rm -rf "$scratch"' EXIT
-else
-  rm -rf "$scratch"
-  mkdir -p "$scratch"
-fi
+source "$here/harness.sh" "${1:-}" "${2:-}"
 for tool in python3 mkfifo sha1sum; do
   command -v "$tool" > /dev/null || { echo "FAIL [$case]: $tool not found (scripts/setup.sh installs it)" >&2; exit 1; }
 done
@@ -42,21 +34,6 @@ mkdir -p configs other
 cp "$here/fixtures/batch/tiny.toml" configs/tiny.toml
 cp "$here/fixtures/batch/tiny.toml" other/tiny.toml
 
-failures=0
-fail() {
-  echo "FAIL [$case]: $*" >&2
-  failures=$((failures + 1))
-}
-# run NAME CMD...: CMD's stdout and stderr to NAME.out and .err; its exit status in $rc.
-run() {
-  local name=$1
-  shift
-  "$@" > "$name.out" 2> "$name.err"
-  rc=$?
-}
-expect_rc() { [[ $rc == "$2" ]] || fail "$1: exit $rc, expected $2; stderr: $(tail -c 600 "$1.err")"; }
-# expect_text NAME out|err TEXT: the stream holds TEXT (fixed string).
-expect_text() { grep -qF -- "$3" "$1.$2" || fail "$1: std$2 lacks \"$3\"; it holds: $(head -c 600 "$1.$2")"; }
 expect_file_text() { grep -qF -- "$2" "$1" 2> /dev/null || fail "$1 lacks \"$2\"; it holds: $(head -c 600 "$1" 2>&1)"; }
 expect_absent() { [[ ! -e $2 ]] || fail "$1: $2 was created"; }
 
@@ -397,8 +374,4 @@ case $case in
   queue | interrupt | naming | errors | sweep_grid | sweep_errors | sweep_run | real) "case_$case" ;;
   *) echo "usage: tests/scripts/test_batch.sh queue|interrupt|naming|errors|sweep_grid|sweep_errors|sweep_run|real [SCRATCH_DIR]" >&2; exit 2 ;;
 esac
-if ((failures)); then
-  echo "test_batch $case: $failures failure(s)" >&2
-  exit 1
-fi
-echo "test_batch $case: passed"
+verdict test_batch

@@ -12,32 +12,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 script=$repo/scripts/gpu_check.sh
 summarizer=$repo/scripts/gpu_check_summary.py
-case=${1:-}
-scratch=${2:-}
-if [[ -z $scratch ]]; then
-  scratch=$(mktemp -d)
-  trap 'rm -rf "$scratch"' EXIT
-else
-  rm -rf "$scratch"
-  mkdir -p "$scratch"
-fi
+source "$here/harness.sh" "${1:-}" "${2:-}"
 command -v python3 > /dev/null || { echo "FAIL [$case]: python3 not found (scripts/setup.sh installs it)" >&2; exit 1; }
 
-failures=0
-fail() {
-  echo "FAIL [$case]: $*" >&2
-  failures=$((failures + 1))
-}
-# run NAME CMD...: CMD's stdout and stderr to SCRATCH/NAME.out and .err; its exit status in $rc.
-run() {
-  local name=$1
-  shift
-  "$@" > "$scratch/$name.out" 2> "$scratch/$name.err"
-  rc=$?
-}
-expect_rc() { [[ $rc == "$2" ]] || fail "$1: exit $rc, expected $2; stderr: $(head -c 600 "$scratch/$1.err")"; }
-# expect_text NAME out|err TEXT: the stream holds TEXT (fixed string).
-expect_text() { grep -qF -- "$3" "$scratch/$1.$2" || fail "$1: std$2 lacks \"$3\"; it holds: $(head -c 600 "$scratch/$1.$2")"; }
 expect_absent() { [[ ! -e $2 ]] || fail "$1: $2 was created"; }
 
 # json_check FILE PYTHON_EXPR...: each expression, on `j` (FILE's last line as JSON), must be true.
@@ -216,8 +193,4 @@ case $case in
   summary) case_summary ;;
   *) echo "usage: tests/scripts/test_gpu_check.sh flags|no_gpu|summary [SCRATCH_DIR]" >&2; exit 2 ;;
 esac
-if ((failures)); then
-  echo "test_gpu_check $case: $failures failure(s)" >&2
-  exit 1
-fi
-echo "test_gpu_check $case: passed"
+verdict test_gpu_check

@@ -20,15 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 script=$repo/scripts/slurm/train.sbatch
 stubs=$here/fixtures/slurm
-case=${1:-}
-scratch=${2:-}
-if [[ -z $scratch ]]; then
-  scratch=$(mktemp -d)
-  trap 'rm -rf "$scratch"' EXIT
-else
-  rm -rf "$scratch"
-  mkdir -p "$scratch"
-fi
+source "$here/harness.sh" "${1:-}" "${2:-}"
 [[ -f $script ]] || { echo "FAIL [$case]: $script is missing" >&2; exit 1; }
 for f in srun scontrol scancel bcdtrain_stub.sh; do
   [[ -x $stubs/$f ]] || { echo "FAIL [$case]: $stubs/$f is missing or not executable" >&2; exit 1; }
@@ -37,14 +29,6 @@ cd "$scratch" || exit 1
 mkdir -p configs
 echo '[train]' > configs/tiny.toml
 
-failures=0
-fail() {
-  echo "FAIL [$case]: $*" >&2
-  failures=$((failures + 1))
-}
-expect_rc() { [[ $rc == "$2" ]] || fail "$1: exit $rc, expected $2; stderr: $(tail -c 600 "$1.err")"; }
-# expect_text NAME out|err TEXT: the stream holds TEXT (fixed string).
-expect_text() { grep -qF -- "$3" "$1.$2" || fail "$1: std$2 lacks \"$3\"; it holds: $(head -c 600 "$1.$2")"; }
 # expect_lines NAME FILE LINE...: FILE holds exactly these lines.
 expect_lines() {
   local name=$1 file=$2
@@ -335,8 +319,4 @@ case $case in
   errors) case_errors ;;
   *) echo "usage: $0 launch|requeue|errors [SCRATCH_DIR]" >&2; exit 2 ;;
 esac
-if ((failures)); then
-  echo "FAIL [$case]: $failures check(s) failed" >&2
-  exit 1
-fi
-echo "PASS [$case]"
+verdict test_slurm
