@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
         const auto m = metrics(dir);
         per_step[side] = m.back()["comm_bytes_total"].get<double>() / steps;
         out[side + "_bytes_per_step"] = per_step[side];
-        fmt::print("{}: {:.0f} bytes all-reduced + all-gathered per rank per step\n", side, per_step[side]);
+        fmt::print("{}: {:.0f} bytes sent per rank per step (gradient reduces and weight all-gathers)\n", side, per_step[side]);
       }
       out["ratio"] = per_step["bcd"] / per_step["adamw"];
       out["one_over_d"] = 1.0 / d;
