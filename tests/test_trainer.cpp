@@ -253,5 +253,39 @@ TEST_F(TrainerRun, ResumeAutoStartsContinuesAndLeavesAFinishedRunAlone) {
   EXPECT_NE(both.output.find("give --run DIR"), std::string::npos) << both.output;
 }
 
+// Progress: on a terminal the step line is redrawn in place and a validation step's line and the
+// last one stay; in a pipe (or file) every step is a plain line. Both carry the stall and what
+// each memory tier holds.
+TEST_F(TrainerRun, OnATerminalTheStepLineIsRedrawnInPlace) {
+  if (std::system("command -v script > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no `script` (util-linux) to give the run a terminal";
+  const std::string args = "train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+                           " --model.n_layers=2 --train.steps=6 --train.log_every=1 --train.val_every=3"
+                           " --sample.prompts='[]' --train.run_dir=";
+  auto tty = test::run_shell("script -qec \"" + std::string(BCD_BINARY) + " " + args + run_dir("tty") + "\" /dev/null");
+  ASSERT_EQ(tty.exit_code, 0) << tty.output;
+  const std::string redraw = "\r\033[K";
+  EXPECT_NE(tty.output.find(redraw + "step 1/6 | loss"), std::string::npos) << tty.output;
+  EXPECT_NE(tty.output.find(redraw + "step 2/6"), std::string::npos) << "each step redraws the line";
+  for (const char* kept : {"step 3/6", "step 6/6"}) {  // validation steps (and the last) stay
+    const size_t at = tty.output.find(kept);
+    ASSERT_NE(at, std::string::npos) << tty.output;
+    const size_t end = tty.output.find_first_of("\r\n", at);
+    ASSERT_NE(end, std::string::npos);
+    EXPECT_NE(tty.output.substr(at, end - at).find("| val "), std::string::npos) << kept;
+    EXPECT_EQ(tty.output.substr(end, 2), "\r\n") << kept << " ends its line (the terminal turns \\n into \\r\\n)";
+  }
+  auto pipe = test::run_bcdtrain(args + run_dir("pipe"));
+  ASSERT_EQ(pipe.exit_code, 0) << pipe.output;
+  EXPECT_EQ(pipe.output.find("\033[K"), std::string::npos) << "no terminal codes in a pipe";
+  for (int step = 1; step <= 6; ++step) {
+    const size_t at = pipe.output.find("step " + std::to_string(step) + "/6 |");
+    ASSERT_NE(at, std::string::npos) << step << "\n" << pipe.output;
+    const std::string line = pipe.output.substr(at, pipe.output.find('\n', at) - at);
+    EXPECT_NE(line.find(" | stall "), std::string::npos) << line;
+    EXPECT_NE(line.find(" | compute "), std::string::npos) << line;
+  }
+}
+
 }  // namespace
 }  // namespace bcd

@@ -28,8 +28,8 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-RunResult run_bcdtrain(const std::string& args) {
-  std::string cmd = std::string(BCD_BINARY) + " " + args + " 2>&1";
+RunResult run_shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("popen failed: " + cmd);
@@ -40,6 +40,8 @@ RunResult run_bcdtrain(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
+
+RunResult run_bcdtrain(const std::string& args) { return run_shell(std::string(BCD_BINARY) + " " + args); }
 
 Background::Background(const std::string& args, const std::string& log) {
   pid = fork();

@@ -32,6 +32,8 @@ struct RunResult {
 
 // Runs `bcdtrain ARGS` through the shell (ARGS already quoted) and captures its output.
 RunResult run_bcdtrain(const std::string& args);
+// The same for any shell command line.
+RunResult run_shell(const std::string& command);
 
 // `bcdtrain ARGS` in the background (stdout and stderr to `log`), for signals and kills.
 struct Background {

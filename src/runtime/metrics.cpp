@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <utility>
 
+#include "base/bytes.h"
 #include "base/error.h"
 #include "runtime/cuda_torch.h"
 #include "runtime/run_setup.h"
@@ -121,6 +123,15 @@ std::string MetricsLog::progress_line(const StepStats& s, const RunSetup& run) {
                                  format_duration(s.eta_s));
   if (s.val_loss) line += fmt::format(" | val {:.4f}", *s.val_loss);
   if (run.cfg.bcd.enabled) line += fmt::format(" | {} (epoch {})", run.units[s.unit].name, run.sched.epoch());
+  if (run.block_opt) line += fmt::format(" | stall {:.1f} ms", 1e3 * run.block_opt->staging().stall_s);
+  // what each memory tier holds now
+  std::string mem;
+  for (const auto& [pool, name] : {std::pair{Pool::kCompute, "compute"}, std::pair{Pool::kPinned, "pinned"},
+                                   std::pair{Pool::kHost, "host"}, std::pair{Pool::kNvme, "nvme"}}) {
+    const uint64_t b = run.acct.usage(pool).total;
+    if (b > 0) mem += fmt::format("{}{} {}", mem.empty() ? "" : ", ", name, format_bytes(b));
+  }
+  if (!mem.empty()) line += " | " + mem;
   return line;
 }
 

@@ -52,7 +52,9 @@ class MetricsLog {
   // Writes the step's record: staging since the previous record, totals, memory peaks, and on
   // the last step the whole accounting.
   void record(const StepStats& s, const RunSetup& run);
-  // "step 20/500 | loss 7.0242 | lr 2.00e-03 | 6143 tok/s | ETA 2m19s | val 7.0366 | layers.2-3 (epoch 1)"
+  // "step 20/500 | loss 7.0242 | lr 2.00e-03 | 6143 tok/s | ETA 2m19s | val 7.0366 | layers.2-3 (epoch 1)
+  //  | stall 0.3 ms | compute 203 MiB, pinned 22.52 MiB, host 19.26 MiB": the stall so far and what
+  // each memory tier holds now (tiers holding nothing left out)
   static std::string progress_line(const StepStats& s, const RunSetup& run);
 
   double checkpoint_s = 0;  // time spent writing checkpoints so far (recorded when > 0)

@@ -3,6 +3,8 @@
 #include "runtime/trainer.h"
 
 #include <fmt/format.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -30,6 +32,39 @@ using Clock = std::chrono::steady_clock;
 using Say = std::function<void(const std::string&)>;
 
 namespace {
+
+// Progress on stdout (rank 0, unless quiet). On a terminal the step line is redrawn in place,
+// cut to the terminal's width; a validation step's line and the last one stay, and any other
+// line ends the live one first. In a file or a pipe every line is kept, as plain lines.
+class Console {
+ public:
+  Console(bool quiet, bool root) : on_(!quiet && root), live_(on_ && ::isatty(STDOUT_FILENO)) {}
+  ~Console() { end_live(); }
+  void line(const std::string& s) {
+    if (!on_) return;
+    end_live();
+    fmt::print("{}\n", s);
+    std::fflush(stdout);
+  }
+  void progress(const std::string& s, bool keep) {
+    if (!on_) return;
+    if (!live_) return line(s);
+    winsize ws{};
+    const size_t width = ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? ws.ws_col - 1 : 0;
+    fmt::print("\r\033[K{}{}", width > 0 && !keep ? s.substr(0, width) : s, keep ? "\n" : "");
+    std::fflush(stdout);
+    pending_ = !keep;
+  }
+  Say say() {
+    return [this](const std::string& s) { line(s); };
+  }
+
+ private:
+  void end_live() {
+    if (pending_) fmt::print("\n"), pending_ = false;
+  }
+  bool on_, live_, pending_ = false;
+};
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -167,7 +202,8 @@ struct RunAhead {
 // SIGINT/SIGTERM came (sum.stopped_by_signal). Returns the time spent in training steps.
 // Data parallel: the gradient and the logged loss are means over ranks, the ranks agree on
 // stopping, and `log` (rank 0's) is the only writer.
-double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& say) {
+double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& console) {
+  const Say say = console.say();
   const TrainConfig& tc = run.cfg.train;
   const int64_t tokens_per_step = run.tokens_per_step();
   const auto t_start = Clock::now();
@@ -239,7 +275,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, const Say& 
       s.elapsed_s = seconds_since(t_start);
       s.eta_s = train_s / static_cast<double>(step) * static_cast<double>(tc.steps - step);
       if (log) log->record(s, run);
-      say(MetricsLog::progress_line(s, run));
+      console.progress(MetricsLog::progress_line(s, run), validate || step == tc.steps);
       interval_s = 0, interval_steps = 0, interval_flops = 0;
     }
     switch_due = run.sched.step();
@@ -407,15 +443,14 @@ nlohmann::json run_summary(const char* status, const TrainSummary& sum, int64_t 
 void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSummary& sum, Clock::time_point t_start) {
   RunSetup run(std::move(cfg), resume_from);
   sum.steps = run.first_step - 1;
-  const Say say = [quiet, root = run.is_root()](const std::string& line) {
-    if (!quiet && root) fmt::print("{}\n", line), std::fflush(stdout);
-  };
+  Console console(quiet, run.is_root());
+  const Say say = console.say();
   std::optional<MetricsLog> log = open_run_dir(run);
   for (const std::string& line : run.banner()) say(line);
 
   sum.num_params = run.model.num_params();
   sum.unigram_val_loss = run.ds.unigram_val_loss();
-  const double train_s = train_loop(run, log ? &*log : nullptr, sum, say);
+  const double train_s = train_loop(run, log ? &*log : nullptr, sum, console);
   // Nothing reads the NVMe tier's files after the run (a resume reads its checkpoint): they go,
   // GBs for a 7B model, unless memory.keep_nvme_state.
   if (run.block_opt && !run.cfg.memory.keep_nvme_state) run.block_opt->discard_nvme_at_close();
