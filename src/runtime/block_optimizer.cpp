@@ -141,6 +141,17 @@ void BlockAdamW::activate(int unit) {
   }
   grad_charge_ = Charge(acct_, Pool::kCompute, static_cast<int>(StateKind::kGrad), grad);
   for (const UnitPiece& p : units_[unit].pieces) model_.block(p.block).set_trainable(true, p.part);
+  // Which rank owns which range of this unit's gradient: the same for the whole visit.
+  const UnitLayout& u = layout_[unit];
+  grad_ranges_.clear();
+  for (int rank = 0; rank < shard_count_; ++rank) {
+    const ShardRange sr = shard_range(u.elems, rank, shard_count_);
+    for (const SegRef& r : u.segs) {
+      const int64_t lo = std::max(r.offset, sr.begin), hi = std::min(r.offset + r.numel, sr.begin + sr.len);
+      if (hi > lo)
+        grad_ranges_.push_back({r.block, model_.block(r.block).segments()[r.segment].begin + (lo - r.offset), hi - lo, rank});
+    }
+  }
 }
 
 void BlockAdamW::prefetch(const std::vector<int>& next_units) {
@@ -216,26 +227,16 @@ void BlockAdamW::set_gathered_weights(const torch::Tensor& all) {
             shard_count_, u.own.chunk);
   torch::NoGradGuard ng;
   std::vector<int64_t> at(static_cast<size_t>(shard_count_), 0);  // per rank: elements of its slice placed
-  for (const GradRange& g : grad_ranges()) {  // each rank's ranges in its slice's order
+  for (const GradRange& g : grad_ranges_) {  // each rank's ranges in its slice's order
     if (g.rank != shard_rank_)  // ours is in place
       model_.block(g.block).data().narrow(0, g.begin, g.len).copy_(all.narrow(0, g.rank * u.own.chunk + at[g.rank], g.len));
     at[g.rank] += g.len;
   }
 }
 
-std::vector<GradRange> BlockAdamW::grad_ranges() const {
+const std::vector<GradRange>& BlockAdamW::grad_ranges() const {
   BCD_CHECK(active_ >= 0, "grad_ranges before activate");
-  const UnitLayout& u = layout_[active_];
-  std::vector<GradRange> out;
-  for (int rank = 0; rank < shard_count_; ++rank) {
-    const ShardRange sr = shard_range(u.elems, rank, shard_count_);
-    for (const SegRef& r : u.segs) {
-      const int64_t lo = std::max(r.offset, sr.begin), hi = std::min(r.offset + r.numel, sr.begin + sr.len);
-      if (hi > lo)
-        out.push_back({r.block, model_.block(r.block).segments()[r.segment].begin + (lo - r.offset), hi - lo, rank});
-    }
-  }
-  return out;
+  return grad_ranges_;
 }
 
 int64_t BlockAdamW::unit_moment_bytes(int unit) const {

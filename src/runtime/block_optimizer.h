@@ -76,10 +76,10 @@ class BlockAdamW {
   int shard_rank() const { return shard_rank_; }
   torch::Tensor owned_weights() const;
   void set_gathered_weights(const torch::Tensor& all);
-  // The active unit's gradient ranges, each with the rank whose slice it is (in the unit's
-  // order); sharded, the reduction sums each range into its owner only and the update reads
-  // the owner's. Unsharded: every range is rank 0's.
-  std::vector<GradRange> grad_ranges() const;
+  // The active unit's gradient ranges, each with the rank whose slice it is (each rank's in its
+  // slice's order), made at activate(); sharded, the reduction sums each range into its owner
+  // only and the update reads the owner's. Unsharded: every range is rank 0's.
+  const std::vector<GradRange>& grad_ranges() const;
 
   // Bytes of optimizer state held now, wherever it lives: moments (+ fp32 masters when they are
   // separate copies of the working weights).
@@ -150,6 +150,7 @@ class BlockAdamW {
   torch::Tensor image_;              // compute tier: the active unit's state
   std::vector<Charge> image_charges_;
   Charge grad_charge_;               // the active unit's gradient buffers
+  std::vector<GradRange> grad_ranges_;  // the active unit's, by owning rank
   std::unique_ptr<Stager> stager_;
 };
 

@@ -251,38 +251,36 @@ void ProcessGroup::fail(const std::string& op, const std::exception& e) const {
              absent.empty() ? "" : "; " + absent, e.what());
 }
 
-uint64_t ProcessGroup::start_all_reduce_sum(const torch::Tensor& t) {
-  BCD_CHECK(t.is_contiguous() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64),
-            "start_all_reduce_sum: expected a contiguous fp32/fp64 tensor");
-  if (world_size_ == 1) return ++started_, finished_ = started_;
-#ifdef BCD_HAVE_C10D
-  std::vector<at::Tensor> one{t};
-  try {
-    impl_->in_flight.emplace_back(impl_->pg->allreduce(one), "all-reduce");
-  } catch (const std::exception& e) {
-    fail("all-reduce", e);
-  }
-  bytes_sent_ += 2.0 * (world_size_ - 1) / world_size_ * static_cast<double>(t.nbytes());
-#endif
-  return ++started_;
-}
+uint64_t ProcessGroup::start_all_reduce_sum(const torch::Tensor& t) { return start_sum(t, kEveryRank); }
 
 uint64_t ProcessGroup::start_reduce_sum(const torch::Tensor& t, int root) {
-  BCD_CHECK(t.is_contiguous() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64),
-            "start_reduce_sum: expected a contiguous fp32/fp64 tensor");
   BCD_CHECK(root >= 0 && root < world_size_, "start_reduce_sum: root {} of {}", root, world_size_);
+  return start_sum(t, root);
+}
+
+uint64_t ProcessGroup::start_sum(const torch::Tensor& t, int root) {
+  const char* op = root == kEveryRank ? "all-reduce" : "reduce";
+  BCD_CHECK(t.is_contiguous() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64),
+            "{}: expected a contiguous fp32/fp64 tensor", op);
   if (world_size_ == 1) return ++started_, finished_ = started_;
 #ifdef BCD_HAVE_C10D
   std::vector<at::Tensor> one{t};
-  c10d::ReduceOptions opts;
-  opts.rootRank = root;
-  opts.reduceOp = c10d::ReduceOp::SUM;
   try {
-    impl_->in_flight.emplace_back(impl_->pg->reduce(one, opts), "reduce");
+    if (root == kEveryRank) {
+      impl_->in_flight.emplace_back(impl_->pg->allreduce(one), op);
+    } else {
+      c10d::ReduceOptions opts;
+      opts.rootRank = root;
+      opts.reduceOp = c10d::ReduceOp::SUM;
+      impl_->in_flight.emplace_back(impl_->pg->reduce(one, opts), op);
+    }
   } catch (const std::exception& e) {
-    fail("reduce", e);
+    fail(op, e);
   }
-  if (root != rank_) bytes_sent_ += static_cast<double>(t.nbytes());
+  // ring algorithms: an all-reduce sends 2(N-1)/N of its payload, a reduce its payload except on its root
+  const double bytes = static_cast<double>(t.nbytes());
+  if (root == kEveryRank) bytes_sent_ += 2.0 * (world_size_ - 1) / world_size_ * bytes;
+  else if (root != rank_) bytes_sent_ += bytes;
 #endif
   return ++started_;
 }

@@ -77,6 +77,9 @@ class ProcessGroup {
  private:
   struct Impl;
   ProcessGroup(int rank, int world_size, std::unique_ptr<Impl> impl);
+  static constexpr int kEveryRank = -1;
+  // start_all_reduce_sum (root kEveryRank) and start_reduce_sum: one queue of tickets.
+  uint64_t start_sum(const torch::Tensor& t, int root);
   [[noreturn]] void fail(const std::string& op, const std::exception& e) const;
   std::string absent_ranks() const;  // after a failed collective: the ranks that did not fail it too
 

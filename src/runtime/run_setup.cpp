@@ -230,14 +230,15 @@ void RunSetup::prefetch() {
 int RunSetup::grad_from() const { return cfg.bcd.enabled ? units[sched.current()].lowest_block() : 0; }
 
 void RunSetup::arm_reduction() {
-  if (reducer) reducer->arm(model, shards() > 1 ? block_opt->grad_ranges() : std::vector<GradRange>{});
+  static const std::vector<GradRange> kNotSharded;
+  if (reducer) reducer->arm(model, shards() > 1 ? block_opt->grad_ranges() : kNotSharded);
 }
 
 torch::Tensor RunSetup::clip_gradients() {
   if (shards() == 1) return clip_grad_norm(model, cfg.train.grad_clip);
-  std::vector<GradRange> mine = block_opt->grad_ranges();
-  mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const GradRange& g) { return g.rank != pg->rank(); }),
-             mine.end());
+  std::vector<GradRange> mine;
+  for (const GradRange& g : block_opt->grad_ranges())
+    if (g.rank == pg->rank()) mine.push_back(g);
   return clip_grad_norm(model, cfg.train.grad_clip, mine,
                         [&](double sq) { return pg->sum_over_ranks({sq})[0]; });
 }
