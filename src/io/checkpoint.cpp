@@ -37,8 +37,10 @@ const std::regex& shard_name() {
 }
 }  // namespace
 
-bool is_checkpoint_slice(const std::string& path) {
-  return std::regex_match(fs::path(path).filename().string(), shard_name());
+std::string checkpoint_of_slice(const std::string& path) {
+  std::smatch m;
+  const std::string fn = fs::path(path).filename().string();
+  return std::regex_match(fn, m, shard_name()) ? m[1].str() + ".h5" : "";
 }
 
 std::string checkpoint_shard_path(const std::string& checkpoint, int rank, int count, const std::string& token) {
@@ -65,11 +67,9 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 std::string resolve_checkpoint(const std::string& p) {
   std::error_code ec;
-  std::smatch m;
-  const std::string fn = fs::path(p).filename().string();
-  if (std::regex_match(fn, m, shard_name()))
-    user_error("--resume {}: one rank's slice of the checkpoint {}.h5: resume from that file, or from the run directory",
-               p, m[1].str());
+  if (const std::string of = checkpoint_of_slice(p); !of.empty())
+    user_error("--resume {}: one rank's slice of the checkpoint {}: resume from that file, or from the run directory",
+               p, of);
   if (fs::is_regular_file(p, ec)) return p;
   if (!fs::is_directory(p, ec)) user_error("--resume {}: no such checkpoint file or run directory", p);
   const auto all = list_checkpoints(p + "/checkpoints");

@@ -34,8 +34,9 @@ class CheckpointReader : public StateFileReader {
   explicit CheckpointReader(std::string path);
 };
 
-// Whether `path` names a slice file (by its name).
-bool is_checkpoint_slice(const std::string& path);
+// When `path` names a slice file (by its name): the file name of its checkpoint file
+// ("step-<N>.h5"); else "".
+std::string checkpoint_of_slice(const std::string& path);
 
 // The slice file of rank `rank` of `count` for the checkpoint file `checkpoint` and save `token`.
 std::string checkpoint_shard_path(const std::string& checkpoint, int rank, int count, const std::string& token);

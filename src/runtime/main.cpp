@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -85,9 +86,9 @@ TrainedModel trained_model(const char* command, const std::string& run_dir, cons
     m.weights = run_dir + "/model.h5", m.tokenizer = run_dir + "/tokenizer.model";
   } else {
     m.weights = checkpoint;
-    if (is_checkpoint_slice(checkpoint))
-      user_error("{}: --checkpoint {}: one rank's slice of a checkpoint; give the checkpoint file itself", command,
-                 checkpoint);
+    if (const std::string of = checkpoint_of_slice(checkpoint); !of.empty())
+      user_error("{}: --checkpoint {}: one rank's slice of the checkpoint {}; give the checkpoint file itself", command,
+                 checkpoint, of);
     m.tokenizer = init_from_tokenizer(checkpoint);
     if (m.tokenizer.empty())
       user_error("{}: --checkpoint {}: no tokenizer.model beside it or in its run directory", command, checkpoint);
@@ -171,14 +172,18 @@ int train_resume_auto(const std::string& config_file, const std::vector<std::str
   const Config given = load_config(config_file, overrides);
   const std::string dir = given.train.run_dir;
   const std::vector<std::string> ckpts = list_checkpoints(dir + "/checkpoints");
-  std::string held_from;  // what says which config the directory's run has: its newest checkpoint, or config.toml
+  // What says which config the directory's run has: its newest checkpoint, or config.toml.
+  std::optional<CheckpointReader> newest;
+  std::string held_from, held_text;
   std::error_code ec;
-  if (!ckpts.empty()) held_from = ckpts.back();
-  else if (fs::is_regular_file(dir + "/config.toml", ec)) held_from = dir + "/config.toml";
+  if (!ckpts.empty()) {
+    newest.emplace(ckpts.back());
+    held_from = ckpts.back(), held_text = newest->attr_str("/", "config");
+  } else if (fs::is_regular_file(dir + "/config.toml", ec)) {
+    held_from = dir + "/config.toml", held_text = read_file(held_from, "run config");
+  }
   if (held_from.empty()) return exit_code(run_training(given, quiet));  // nothing here yet
-  const Config held = load_config_text(ckpts.empty() ? read_file(held_from, "run config")
-                                                     : CheckpointReader(held_from).attr_str("/", "config"),
-                                       held_from, {});
+  const Config held = load_config_text(held_text, held_from, {});
   // A run stores [model] resolved to the shape it built: compare like with like.
   Config now = given;
   now.model = resolve_model_config(given.model);
@@ -207,7 +212,7 @@ int train_resume_auto(const std::string& config_file, const std::vector<std::str
     }
     return exit_code(run_training(given, quiet));
   }
-  const int64_t step = CheckpointReader(ckpts.back()).attr_int("/", "step");
+  const int64_t step = newest->attr_int("/", "step");
   if (step >= held.train.steps) return finished(step);
   Config resumed = held;
   resumed.train.run_dir = dir;

@@ -308,7 +308,6 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     }
     if (stop) {
       sum.stopped_by_signal = stop;
-      sum.steps = step;
       // on stderr even when quiet: whoever sent the signal needs to know how to go on
       const std::string launch = run.pg->world_size() > 1
                                      ? fmt::format("launch --nproc {} ", run.dist_env.local_world_size)
@@ -320,7 +319,6 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
       return train_s;
     }
   }
-  sum.steps = tc.steps;
   return train_s;
 }
 
@@ -351,7 +349,6 @@ void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, 
     samples_txt = write_samples(run, sum);
   }
   sum.wall_s = seconds_since(t_start);
-  sum.rss_peak_bytes = process_memory_bytes("VmHWM");
   say(fmt::format("done: {} steps in {}, {:.0f} tok/s, loss {:.4f} -> {:.4f}, val {:.4f} (unigram {:.4f})",
                   sum.steps, format_duration(sum.wall_s), sum.tokens_per_s, sum.first_loss, sum.final_loss,
                   sum.final_val_loss.value_or(NAN), sum.unigram_val_loss));
@@ -459,9 +456,9 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
     sum.staging = run.block_opt->staging();
   }
   sum.memory = run.acct.to_json();
-  sum.rss_peak_bytes = process_memory_bytes("VmHWM");
   sum.tokens_per_s = static_cast<double>(run.tokens_per_step() * (sum.steps - run.first_step + 1)) / std::max(train_s, 1e-9);
   if (!sum.stopped_by_signal && run.is_root()) write_outputs(run, sum, t_start, say);
+  sum.rss_peak_bytes = process_memory_bytes("VmHWM");  // after the outputs: the whole run's
 }
 
 }  // namespace
