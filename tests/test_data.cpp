@@ -2,17 +2,20 @@
 // train/val split, atomic output), TokenDataset validation, and the loader's determinism/resume.
 #include <H5Cpp.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "io/chat.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/tokenizer.h"
@@ -411,7 +414,7 @@ const TokenDataset& shared_dataset() {
 
 std::vector<torch::Tensor> take(DataLoader& dl, int n) {
   std::vector<torch::Tensor> out;
-  for (int i = 0; i < n; ++i) out.push_back(dl.next());
+  for (int i = 0; i < n; ++i) out.push_back(dl.next().tokens);
   return out;
 }
 
@@ -519,7 +522,7 @@ TEST(DataLoader, ValidationIsInOrderAndCoversWindows) {
   EXPECT_EQ(W, (n - 1) / T);
   int64_t k = 0;
   for (int i = 0; i < (W + 2 * B) / B + 1; ++i) {
-    torch::Tensor b = dl.next();
+    torch::Tensor b = dl.next().tokens;
     for (int64_t r = 0; r < B; ++r, ++k) {
       EXPECT_TRUE(row_is_window(b, r, tokens, (k % W) * T)) << "window " << k;
     }
@@ -535,13 +538,186 @@ TEST(DataLoader, SplitShorterThanOneWindowNamesTheTokenCount) {
   EXPECT_NE(msg.find("val"), std::string::npos) << msg;
   DataLoader ok(ds, Split::kVal, 2, n - 1, 1);  // exactly T + 1 tokens: one window
   EXPECT_EQ(ok.windows_per_epoch(), 1);
-  EXPECT_TRUE(row_is_window(ok.next(), 1, ds.tokens(Split::kVal), 0));
+  EXPECT_TRUE(row_is_window(ok.next().tokens, 1, ds.tokens(Split::kVal), 0));
 }
 
 TEST(DataLoader, RestoreRejectsForeignState) {
   DataLoader dl(shared_dataset(), Split::kTrain, 2, 32, 1);
   LoaderState bad{0, static_cast<uint64_t>(dl.windows_per_epoch()) + 5};
   EXPECT_NE(user_error_of([&] { dl.restore(bad); }).find("cursor"), std::string::npos);
+}
+
+
+
+// ---- Instruction data ----
+
+// prepare on .jsonl records: one document per record laid out by the template, the loss mask
+// counting exactly the tokens of each response and its end marker (what tokenize_chat marks),
+// a bad line named by file:line or counted with skip_bad, and plain text beside it counting whole.
+TEST(Prepare, InstructionRecordsStoreAMaskOverTheResponses) {
+  const Shared& s = shared();
+  const std::vector<std::string> recs = fortune_records();
+  TempDir tmp("bcd-inst");
+  std::string jsonl;
+  std::vector<ChatRecord> records;
+  for (size_t i = 0; i + 1 < 120; i += 2) {
+    nlohmann::json j = {{"prompt", recs[i]}, {"response", recs[i + 1]}};
+    jsonl += j.dump() + "\n";
+    records.push_back(ChatRecord{{{"user", recs[i]}, {"assistant", recs[i + 1]}}});
+  }
+  const std::string file = tmp.file("chat.jsonl");
+  test::write_text(file, jsonl);
+
+  PrepareOptions opt;
+  opt.inputs = {file};
+  opt.out_dir = tmp.file("ds");
+  opt.tokenizer_model = s.out_dir + "/tokenizer.model";
+  opt.chat_template = "chatml";
+  opt.val_fraction = 0.2;
+  const PrepareReport r = prepare_dataset(opt);
+  EXPECT_TRUE(r.instruct);
+  EXPECT_EQ(r.n_docs_train + r.n_docs_val, static_cast<int64_t>(records.size()));
+  const TokenDataset ds = TokenDataset::open(opt.out_dir);
+  ASSERT_TRUE(ds.masked());
+  const Tokenizer tok = Tokenizer::load(ds.tokenizer_path());
+  // Every stored document is one record's tokenize_chat, mask included.
+  std::map<std::vector<int>, std::vector<uint8_t>> want;
+  for (const ChatRecord& rec : records) {
+    MaskedTokens m = tokenize_chat(render_chat(rec, ChatTemplate::kChatML), tok);
+    want[m.ids] = m.target;
+  }
+  int64_t targets = 0;
+  for (Split sp : {Split::kTrain, Split::kVal}) {
+    const auto& t = ds.tokens(sp);
+    const auto& m = ds.loss_mask(sp);
+    const auto& off = ds.doc_offsets(sp);
+    for (size_t d = 0; d + 1 < off.size(); ++d) {
+      std::vector<int> ids(t.begin() + off[d], t.begin() + off[d + 1]);
+      std::vector<uint8_t> mask(m.begin() + off[d], m.begin() + off[d + 1]);
+      auto it = want.find(ids);
+      ASSERT_NE(it, want.end()) << split_name(sp) << " doc " << d;
+      EXPECT_EQ(mask, it->second) << split_name(sp) << " doc " << d;
+      EXPECT_EQ(ids.back(), ds.eos_id());
+      EXPECT_EQ(mask.back(), 1);  // the EOS after the answer is learned: the model stops
+      targets += std::count(mask.begin(), mask.end(), uint8_t{1});
+    }
+    EXPECT_EQ(sp == Split::kTrain ? r.n_targets_train : r.n_targets_val, std::count(m.begin(), m.end(), uint8_t{1}));
+  }
+  EXPECT_EQ(targets, r.n_targets_train + r.n_targets_val);
+  EXPECT_LT(targets, r.n_tokens_train + r.n_tokens_val);  // prompts are not targets
+
+  // Plain text beside the records: its documents count whole.
+  opt.inputs = {file, s.extra_file};
+  opt.out_dir = tmp.file("mixed");
+  const PrepareReport mixed = prepare_dataset(opt);
+  const TokenDataset mds = TokenDataset::open(opt.out_dir);
+  EXPECT_EQ(mixed.n_targets_train + mixed.n_targets_val - targets, mixed.n_tokens_train + mixed.n_tokens_val - r.n_tokens_train - r.n_tokens_val);
+
+  // A bad record: refused naming file:line, nothing written; or counted and skipped.
+  test::write_text(file, jsonl + "{\"prompt\": \"no response\"}\n" + jsonl.substr(0, jsonl.find('\n') + 1));
+  opt.inputs = {file};
+  opt.out_dir = tmp.file("bad");
+  const std::string msg = user_error_of([&] { prepare_dataset(opt); });
+  EXPECT_NE(msg.find(file + ":" + std::to_string(records.size() + 1)), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(opt.out_dir));
+  opt.skip_bad = true;
+  const PrepareReport skipped = prepare_dataset(opt);
+  EXPECT_EQ(skipped.n_bad_records, 1);
+  EXPECT_EQ(skipped.n_docs_train + skipped.n_docs_val, static_cast<int64_t>(records.size()) + 1);
+  // An unknown template is named with the ones there are.
+  opt.chat_template = "vicuna";
+  opt.out_dir = tmp.file("tmpl");
+  const std::string tmsg = user_error_of([&] { prepare_dataset(opt); });
+  EXPECT_NE(tmsg.find("vicuna"), std::string::npos) << tmsg;
+  EXPECT_NE(tmsg.find("chatml"), std::string::npos) << tmsg;
+}
+
+// ---- Loss masks (instruction data) ----
+
+// The shared dataset with a loss mask added to both splits: token i counts when (i * 7) % 5 < 2.
+std::vector<uint8_t> add_mask(const std::string& file, const char* split, hsize_t n) {
+  std::vector<uint8_t> mask(n);
+  for (hsize_t i = 0; i < n; ++i) mask[i] = (i * 7) % 5 < 2;
+  H5::H5File f(file, H5F_ACC_RDWR);
+  f.openGroup(split).createDataSet("loss_mask", H5::PredType::STD_U8LE, H5::DataSpace(1, &n))
+      .write(mask.data(), H5::PredType::NATIVE_UINT8);
+  return mask;
+}
+
+TEST(DataLoader, MaskedBatchesCarryTheirTargetsMaskAndTheGlobalCount) {
+  TempDir tmp("bcd-mask");
+  fs::copy_file(shared().out_dir + "/tokens.h5", tmp.file("tokens.h5"));
+  const TokenDataset& plain = shared_dataset();
+  add_mask(tmp.file("tokens.h5"), "train", plain.tokens(Split::kTrain).size());
+  const std::vector<uint8_t> val_mask = add_mask(tmp.file("tokens.h5"), "val", plain.tokens(Split::kVal).size());
+  const TokenDataset ds = TokenDataset::open(tmp.path());
+  ASSERT_TRUE(ds.masked());
+  EXPECT_FALSE(plain.masked());
+  EXPECT_EQ(ds.loss_mask(Split::kVal), val_mask);
+
+  // In order (no shuffle), rank r of 2 holds windows [2Bi + rB, 2Bi + rB + B) of step i.
+  const int64_t B = 2, T = 16;
+  DataLoader r0(ds, Split::kVal, B, T, 5, /*shuffle=*/false, /*prefetch=*/true, 0, 2);
+  DataLoader r1(ds, Split::kVal, B, T, 5, /*shuffle=*/false, /*prefetch=*/false, 1, 2);
+  int64_t k = 0;
+  for (int step = 0; step < 3; ++step) {
+    const Batch b0 = r0.next(), b1 = r1.next();
+    double counted = 0;
+    for (const Batch* b : {&b0, &b1}) {
+      ASSERT_EQ(b->mask.sizes(), (std::vector<int64_t>{B, T}));
+      for (int64_t r = 0; r < B; ++r, ++k) {
+        const int64_t start = k * T;
+        ASSERT_TRUE(row_is_window(b->tokens, r, ds.tokens(Split::kVal), start));
+        for (int64_t t = 0; t < T; ++t)
+          EXPECT_EQ(b->mask[r][t].item<float>(), val_mask[static_cast<size_t>(start + t + 1)]) << k << " " << t;
+      }
+      counted += b->mask.sum().item<double>();
+    }
+    EXPECT_EQ(b0.divisor, counted / 2);
+    EXPECT_EQ(b1.divisor, counted / 2);
+  }
+  // Plain text: no mask, the divisor is B * T.
+  DataLoader p(plain, Split::kVal, B, T, 5, false);
+  const Batch pb = p.next();
+  EXPECT_FALSE(pb.mask.defined());
+  EXPECT_EQ(pb.divisor, B * T);
+}
+
+TEST(TokenDataset, RejectsBadLossMasks) {
+  const TokenDataset& plain = shared_dataset();
+  const hsize_t n_train = plain.tokens(Split::kTrain).size(), n_val = plain.tokens(Split::kVal).size();
+  struct Case {
+    const char* name;
+    std::function<void(const std::string&)> corrupt;
+    std::string expect;
+  };
+  auto write = [](const std::string& file, const char* split, std::vector<uint8_t> m) {
+    H5::H5File f(file, H5F_ACC_RDWR);
+    hsize_t n = m.size();
+    f.openGroup(split).createDataSet("loss_mask", H5::PredType::STD_U8LE, H5::DataSpace(1, &n))
+        .write(m.data(), H5::PredType::NATIVE_UINT8);
+  };
+  const std::vector<Case> cases = {
+      {"one split only", [&](const std::string& f) { add_mask(f, "train", n_train); }, "/val/loss_mask is missing"},
+      {"wrong length", [&](const std::string& f) { add_mask(f, "train", n_train); write(f, "val", std::vector<uint8_t>(n_val - 1, 1)); },
+       "one per token"},
+      {"not 0 or 1", [&](const std::string& f) {
+         add_mask(f, "train", n_train);
+         std::vector<uint8_t> m(n_val, 1);
+         m[3] = 2;
+         write(f, "val", m);
+       }, "loss_mask[3] = 2"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir tmp("bcd-mask");
+    const std::string file = tmp.file("tokens.h5");
+    fs::copy_file(shared().out_dir + "/tokens.h5", file);
+    c.corrupt(file);
+    std::string msg = user_error_of([&] { TokenDataset::open(tmp.path()); });
+    EXPECT_NE(msg.find(file), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

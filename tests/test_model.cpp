@@ -233,6 +233,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ModelGrad,
                                   (info.param.bias ? "_bias" : "_nobias") + (info.param.ckpt ? "_ckpt" : "");
                          });
 
+// Instruction data: the loss is -log p(target) summed over the targets the mask counts, divided by
+// the batch's divisor, computed here by hand from the logits; masked-out targets change nothing.
+TEST(Model, MaskedLossCountsOnlyMaskedTargets) {
+  ModelConfig cfg = tiny_config();
+  LlamaModel m(cfg, torch::kFloat64);
+  m.init_weights(21);
+  perturb_all(m, 22);
+  Batch b;
+  b.tokens = random_tokens(3, 9, cfg.vocab_size, 23);                 // (B, T+1) = (3, 9)
+  b.mask = torch::zeros({3, 8}, torch::kFloat32);
+  const std::vector<std::pair<int, int>> counted = {{0, 0}, {0, 5}, {0, 6}, {1, 7}, {2, 1}, {2, 2}, {2, 3}};
+  for (auto [r, t] : counted) b.mask[r][t] = 1;
+  b.divisor = 5.5;  // as if the global batch counted 11 targets over 2 ranks
+
+  const torch::Tensor logits = m.forward(b.tokens.narrow(1, 0, 8));  // (3, 8, V)
+  double want = 0;
+  for (auto [r, t] : counted) {
+    const int64_t target = b.tokens[r][t + 1].item<int64_t>();
+    double z = 0;
+    for (int64_t v = 0; v < cfg.vocab_size; ++v) z += std::exp(logits[r][t][v].item<double>());
+    want += std::log(z) - logits[r][t][target].item<double>();
+  }
+  want /= b.divisor;
+  EXPECT_NEAR(m.loss(b).item<double>(), want, 1e-12);
+
+  // A target the mask does not count can be anything (the inputs stay: the last position of
+  // row 1 is a target only, so it may change without moving any counted logit).
+  Batch other = b;
+  other.tokens = b.tokens.clone();
+  other.tokens[1][8] = (b.tokens[1][8].item<int64_t>() + 1) % cfg.vocab_size;  // (1, 7) counts
+  EXPECT_NE(m.loss(other).item<double>(), m.loss(b).item<double>());
+  other.tokens = b.tokens.clone();
+  other.tokens[0][8] = (b.tokens[0][8].item<int64_t>() + 1) % cfg.vocab_size;  // (0, 7) does not
+  EXPECT_EQ(m.loss(other).item<double>(), m.loss(b).item<double>());
+
+  // An all-ones mask with divisor B*T is the plain mean; no mask is exactly the plain loss.
+  Batch all = b;
+  all.mask = torch::ones({3, 8}, torch::kFloat32);
+  all.divisor = 24;
+  EXPECT_NEAR(m.loss(all).item<double>(), m.loss(b.tokens).item<double>(), 1e-12);
+  Batch plain{b.tokens, torch::Tensor(), 24};
+  EXPECT_EQ(m.loss(plain).item<double>(), m.loss(b.tokens).item<double>());
+  // Nothing counted in the whole global batch: zero, and backward still runs.
+  Batch none = b;
+  none.mask = torch::zeros({3, 8}, torch::kFloat32);
+  none.divisor = 0;
+  m.set_trainable(true);
+  m.zero_grad();
+  const torch::Tensor l = m.loss(none);
+  EXPECT_EQ(l.item<double>(), 0.0);
+  l.backward();
+}
+
 TEST(Model, CheckpointingGivesTheSameGradients) {
   ModelConfig cfg = tiny_config();
   LlamaModel a(cfg, torch::kFloat64);

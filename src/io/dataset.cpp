@@ -18,6 +18,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "io/chat.h"
 #include "io/tokenizer.h"
 #include "base/bytes.h"
 #include "base/files.h"
@@ -129,6 +130,13 @@ void split_documents(std::string_view text, std::vector<std::string>* docs) {
   flush();
 }
 
+// A document: plain text (no pieces: all of it, and its EOS, are targets) or an instruction
+// record as its chat template lays it out (the pieces end with an EOS).
+struct Document {
+  std::string text;               // what decides the split and trains a tokenizer
+  std::vector<ChatPiece> pieces;  // instruction records only
+};
+
 // ---- Train/validation split ----
 
 // Uniform in [0, 1) from the document text: the split depends on content only, so duplicates
@@ -138,10 +146,10 @@ double split_key(const std::string& doc, uint64_t seed) {
 }
 
 // Sets is_val[i]; guarantees both splits non-empty by moving the extreme documents over.
-std::vector<char> assign_splits(const std::vector<std::string>& docs, double val_fraction,
+std::vector<char> assign_splits(const std::vector<Document>& docs, double val_fraction,
                                 uint64_t seed) {
   std::vector<double> key(docs.size());
-  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { key[i] = split_key(docs[i], seed); });
+  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { key[i] = split_key(docs[i].text, seed); });
   std::vector<char> is_val(docs.size());
   for (size_t i = 0; i < docs.size(); ++i) is_val[i] = key[i] < val_fraction;
   size_t n_val = static_cast<size_t>(std::count(is_val.begin(), is_val.end(), 1));
@@ -167,34 +175,53 @@ std::vector<char> assign_splits(const std::vector<std::string>& docs, double val
 struct SplitTokens {
   std::vector<uint32_t> tokens;       // documents concatenated, each ended by EOS
   std::vector<uint64_t> doc_offsets;  // [n_docs + 1]
+  std::vector<uint8_t> mask;          // per token, instruction data only (else empty)
 };
 
-SplitTokens encode_split(const Tokenizer& tok, const std::vector<const std::string*>& docs,
-                         int eos_id) {
-  std::vector<std::vector<int>> ids(docs.size());
-  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { ids[i] = tok.encode(*docs[i]); });
+// `masked`: the dataset stores loss masks (some input was instruction data).
+SplitTokens encode_split(const Tokenizer& tok, const std::vector<const Document*>& docs, int eos_id, bool masked) {
+  std::vector<MaskedTokens> enc(docs.size());
+  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) {
+    const Document& d = *docs[i];
+    if (!d.pieces.empty()) {
+      enc[i] = tokenize_chat(d.pieces, tok);
+      return;
+    }
+    enc[i].ids = tok.encode(d.text);
+    enc[i].ids.push_back(eos_id);
+    if (masked) enc[i].target.assign(enc[i].ids.size(), 1);
+  });
   SplitTokens out;
   out.doc_offsets.reserve(docs.size() + 1);
   out.doc_offsets.push_back(0);
   size_t total = 0;
-  for (const auto& v : ids) total += v.size() + 1;
+  for (const MaskedTokens& e : enc) total += e.ids.size();
   out.tokens.reserve(total);
-  for (const auto& v : ids) {
-    out.tokens.insert(out.tokens.end(), v.begin(), v.end());
-    out.tokens.push_back(static_cast<uint32_t>(eos_id));
+  if (masked) out.mask.reserve(total);
+  for (const MaskedTokens& e : enc) {
+    out.tokens.insert(out.tokens.end(), e.ids.begin(), e.ids.end());
+    if (masked) out.mask.insert(out.mask.end(), e.target.begin(), e.target.end());
     out.doc_offsets.push_back(out.tokens.size());
   }
   return out;
 }
 
+int64_t count_targets(const SplitTokens& s) {
+  return s.mask.empty() ? static_cast<int64_t>(s.tokens.size()) : std::count(s.mask.begin(), s.mask.end(), uint8_t{1});
+}
+
 // Add-one smoothed unigram fit on train, mean NLL (nats/token) on val: the loss a model that
 // learned only token frequencies would reach; a real run's val loss should get well below it.
-double unigram_loss(const std::vector<uint32_t>& train, const std::vector<uint32_t>& val,
-                    int vocab_size) {
+// Instruction data: over the targets the loss counts, on both sides.
+double unigram_loss(const SplitTokens& train, const SplitTokens& val, int vocab_size) {
   std::vector<uint64_t> count_train(static_cast<size_t>(vocab_size)), count_val(count_train);
-  for (uint32_t t : train) ++count_train[t];
-  for (uint32_t t : val) ++count_val[t];
-  const double log_denom = std::log(static_cast<double>(train.size()) + vocab_size);
+  for (size_t i = 0; i < train.tokens.size(); ++i)
+    if (train.mask.empty() || train.mask[i]) ++count_train[train.tokens[i]];
+  for (size_t i = 0; i < val.tokens.size(); ++i)
+    if (val.mask.empty() || val.mask[i]) ++count_val[val.tokens[i]];
+  const auto n_train = static_cast<double>(count_targets(train));
+  const auto n_val = static_cast<double>(count_targets(val));
+  const double log_denom = std::log(n_train + vocab_size);
   double nll = 0;
   for (size_t t = 0; t < count_val.size(); ++t) {
     if (count_val[t]) {
@@ -202,7 +229,7 @@ double unigram_loss(const std::vector<uint32_t>& train, const std::vector<uint32
              (log_denom - std::log(static_cast<double>(count_train[t]) + 1.0));
     }
   }
-  return val.empty() ? 0.0 : nll / static_cast<double>(val.size());
+  return n_val == 0 ? 0.0 : nll / n_val;
 }
 
 // ---- HDF5 ----
@@ -249,6 +276,11 @@ void write_split(H5::H5File& file, Split s, const SplitTokens& st, bool wide) {
   }
   g.createDataSet("doc_offsets", H5::PredType::STD_U64LE, H5::DataSpace(1, &n_off))
       .write(st.doc_offsets.data(), H5::PredType::NATIVE_UINT64);
+  if (!st.mask.empty()) {
+    BCD_CHECK(st.mask.size() == st.tokens.size());
+    g.createDataSet("loss_mask", H5::PredType::STD_U8LE, H5::DataSpace(1, &n_tok))
+        .write(st.mask.data(), H5::PredType::NATIVE_UINT8);
+  }
 }
 
 // ---- Atomic output directory ----
@@ -335,9 +367,22 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
 
   // Documents, in input order.
   PrepareReport report;
-  std::vector<std::string> docs;
+  const ChatTemplate chat = chat_template_from_name(opt.chat_template);
+  std::vector<Document> docs;
   for (const fs::path& f : list_input_files(opt.inputs)) {
-    split_documents(read_file(f.string(), "input file"), &docs);
+    if (f.extension() == ".jsonl") {
+      for (const ChatRecord& r : read_chat_jsonl(f.string(), opt.skip_bad, &report.n_bad_records)) {
+        Document d;
+        d.pieces = render_chat(r, chat);
+        for (const ChatPiece& p : d.pieces) d.text += p.text;
+        docs.push_back(std::move(d));
+      }
+      report.instruct = true;
+    } else {
+      std::vector<std::string> texts;
+      split_documents(read_file(f.string(), "input file"), &texts);
+      for (std::string& t : texts) docs.push_back(Document{std::move(t), {}});
+    }
     report.sources.push_back(f.string());
   }
   if (docs.size() < 2) {
@@ -347,7 +392,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
         docs.size());
   }
   std::vector<char> is_val = assign_splits(docs, opt.val_fraction, opt.seed);
-  std::vector<const std::string*> train_docs, val_docs;
+  std::vector<const Document*> train_docs, val_docs;
   for (size_t i = 0; i < docs.size(); ++i) (is_val[i] ? val_docs : train_docs).push_back(&docs[i]);
 
   fs::create_directories(out.parent_path().empty() ? fs::path(".") : out.parent_path(), ec);
@@ -358,7 +403,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   if (opt.tokenizer_model.empty()) {
     std::vector<std::string> texts;
     texts.reserve(train_docs.size());
-    for (const std::string* d : train_docs) texts.push_back(*d);
+    for (const Document* d : train_docs) texts.push_back(d->text);
     Tokenizer::train_bpe(texts, opt.vocab_size, model_path.string());
   } else {
     Tokenizer::load(opt.tokenizer_model);  // validates before we copy it
@@ -377,8 +422,8 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
         opt.tokenizer_model.empty() ? model_path.string() : opt.tokenizer_model);
   }
 
-  SplitTokens train = encode_split(tok, train_docs, tok.eos_id());
-  SplitTokens val = encode_split(tok, val_docs, tok.eos_id());
+  SplitTokens train = encode_split(tok, train_docs, tok.eos_id(), report.instruct);
+  SplitTokens val = encode_split(tok, val_docs, tok.eos_id(), report.instruct);
   const bool wide = vocab > 65536;
 
   report.n_docs_train = static_cast<int64_t>(train_docs.size());
@@ -386,7 +431,9 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   report.n_tokens_train = static_cast<int64_t>(train.tokens.size());
   report.n_tokens_val = static_cast<int64_t>(val.tokens.size());
   report.vocab_size = vocab;
-  report.unigram_val_loss = unigram_loss(train.tokens, val.tokens, vocab);
+  report.n_targets_train = count_targets(train);
+  report.n_targets_val = count_targets(val);
+  report.unigram_val_loss = unigram_loss(train, val, vocab);
 
   std::string sources;
   for (const std::string& s : report.sources) sources += (sources.empty() ? "" : "\n") + s;
@@ -394,7 +441,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   const std::string h5_path = (staging.path() / kTokensFile).string();
   // A full file system is refused here, before HDF5 writes: a write failing inside HDF5 leaves
   // a file it may crash on when closing. Contiguous datasets: payload plus a MiB for metadata.
-  const uint64_t need = (train.tokens.size() + val.tokens.size()) * (wide ? 4 : 2) +
+  const uint64_t need = (train.tokens.size() + val.tokens.size()) * (wide ? 4 : 2) + train.mask.size() + val.mask.size() +
                         (train.doc_offsets.size() + val.doc_offsets.size()) * 8 + (uint64_t{1} << 20);
   struct statvfs sv {};
   if (::statvfs(staging.path().c_str(), &sv) == 0 &&
@@ -416,6 +463,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     write_attr(file, "seed", opt.seed);
     write_attr(file, "sources", sources);
     write_attr(file, "unigram_val_loss", report.unigram_val_loss);
+    if (report.instruct) write_attr(file, "chat_template", std::string(chat_template_name(chat)));
     file.close();
   } catch (const H5::Exception& e) {
     rethrow_hdf5(e, h5_path, "cannot write dataset file");
@@ -555,12 +603,25 @@ TokenDataset TokenDataset::open(const std::string& dir) {
         user_error("dataset file {}: /{}/tokens[{}] = {} is outside the vocabulary [0, {})", path,
                    name, bad_tok - tokens.begin(), *bad_tok, d.vocab_size_);
       }
+      if (g.nameExists("loss_mask")) {
+        auto mask = read_vector<uint8_t>(g, "loss_mask", H5::PredType::NATIVE_UINT8, path, name);
+        if (mask.size() != tokens.size())
+          user_error("dataset file {}: /{}/loss_mask holds {} entries, expected one per token ({})", path, name,
+                     mask.size(), tokens.size());
+        auto bad = std::find_if(mask.begin(), mask.end(), [](uint8_t m) { return m > 1; });
+        if (bad != mask.end())
+          user_error("dataset file {}: /{}/loss_mask[{}] = {}, expected 0 or 1", path, name, bad - mask.begin(), *bad);
+        (s == Split::kTrain ? d.train_mask_ : d.val_mask_) = std::move(mask);
+      }
       (s == Split::kTrain ? d.train_ : d.val_) = std::move(tokens);
       (s == Split::kTrain ? d.train_docs_ : d.val_docs_) = std::move(offsets);
     }
   } catch (const H5::Exception& e) {
     rethrow_hdf5(e, path, "cannot read dataset file");
   }
+  if (d.train_mask_.empty() != d.val_mask_.empty())
+    user_error("dataset file {}: /{}/loss_mask is missing while /{}/loss_mask is there (expected both or neither)", path,
+               d.train_mask_.empty() ? "train" : "val", d.train_mask_.empty() ? "val" : "train");
   return d;
 }
 

@@ -3,10 +3,13 @@
 // Layout of <dir>/tokens.h5 (plus <dir>/tokenizer.model beside it):
 //   /train/tokens     uint16 (vocab <= 65536) or uint32, documents concatenated, each ended by EOS
 //   /train/doc_offsets uint64 [n_docs + 1], start of each document in /train/tokens
-//   /val/tokens, /val/doc_offsets   the same for the validation split
+//   /train/loss_mask  uint8 [n_tokens], instruction data only: 1 where the token is a target
+//                      the loss counts (a response token or its end marker), 0 elsewhere
+//   /val/tokens, /val/doc_offsets (, /val/loss_mask)   the same for the validation split
 //   root attributes: format_version, vocab_size, bos_id, eos_id, tokenizer (file name),
 //   tokenizer_xxh64 (hash of the tokenizer file, hex), val_fraction, seed, sources (newline-joined),
-//   unigram_val_loss (nats/token of an add-one unigram model fit on train, evaluated on val)
+//   unigram_val_loss (nats/token of an add-one unigram model fit on train, evaluated on val;
+//   over counted targets only with a loss mask), chat_template (instruction data only)
 #pragma once
 
 #include <cstdint>
@@ -26,19 +29,28 @@ struct PrepareOptions {
   double val_fraction = 0.05;       // fraction of documents held out for validation
   uint64_t seed = 1234;             // decides which documents go to validation
   bool force = false;               // replace an existing out_dir
+  // Instruction data (.jsonl inputs, io/chat.h): the chat template records are laid out in, and
+  // whether a bad record is counted and skipped rather than refused.
+  std::string chat_template = "plain";
+  bool skip_bad = false;
 };
 
 struct PrepareReport {
   int64_t n_docs_train = 0, n_docs_val = 0;
   int64_t n_tokens_train = 0, n_tokens_val = 0;
   int vocab_size = 0;
-  double unigram_val_loss = 0;      // nats/token
+  double unigram_val_loss = 0;      // nats/token (over the targets the loss counts)
+  int64_t n_targets_train = 0, n_targets_val = 0;  // tokens the loss counts (all of them for plain text)
+  int64_t n_bad_records = 0;        // instruction records skipped (skip_bad)
+  bool instruct = false;            // .jsonl inputs: the dataset holds loss masks
   std::vector<std::string> sources; // files actually read
 };
 
 // Splits text into documents, tokenizes, writes <out_dir> atomically (temporary dir + rename).
 // Fortune files (records separated by lines holding only "%") give one document per record;
-// other files give one document per blank-line-separated paragraph.
+// .jsonl files give one document per instruction record, laid out by the chat template, and
+// the dataset a loss mask counting only response tokens (plain-text documents beside them count
+// whole); other files give one document per blank-line-separated paragraph.
 PrepareReport prepare_dataset(const PrepareOptions& opt);
 
 class TokenDataset {
@@ -50,6 +62,9 @@ class TokenDataset {
   const std::vector<uint64_t>& doc_offsets(Split s) const {
     return s == Split::kTrain ? train_docs_ : val_docs_;
   }
+  // Per-token 0/1 loss mask; empty when every token is a target (plain text).
+  const std::vector<uint8_t>& loss_mask(Split s) const { return s == Split::kTrain ? train_mask_ : val_mask_; }
+  bool masked() const { return !train_mask_.empty(); }
   int vocab_size() const { return vocab_size_; }
   int bos_id() const { return bos_id_; }
   int eos_id() const { return eos_id_; }
@@ -61,6 +76,7 @@ class TokenDataset {
   std::string dir_, tokenizer_file_;
   std::vector<int32_t> train_, val_;
   std::vector<uint64_t> train_docs_, val_docs_;
+  std::vector<uint8_t> train_mask_, val_mask_;
   int vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
   double unigram_val_loss_ = 0;
 };

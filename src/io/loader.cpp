@@ -17,6 +17,10 @@
 //   Data parallel over R ranks: a step's global batch is the next R*B windows, and rank r takes
 //   rows [r*B, (r+1)*B) of it. Every rank advances by R*B, so the state is the same on all ranks
 //   and R ranks x B see exactly the windows of one rank x R*B.
+//   Instruction data: a window's mask is its targets' entries of the split's loss mask,
+//   mask[start + 1, start + T + 1), and every rank counts the mask over the whole global batch
+//   (all R*B windows, a byte each per target) so the loss divides by the global count
+//   (Batch::divisor) without a collective.
 #include "io/loader.h"
 
 #include <tbb/task_group.h>
@@ -75,6 +79,7 @@ struct EpochPlan {
 
 struct DataLoader::Impl {
   const int32_t* tokens = nullptr;
+  const uint8_t* mask = nullptr;  // per-token loss mask; null when every target counts
   int64_t n_tokens = 0, batch = 0, seq = 0, n_shifts = 1, windows = 0;
   int64_t rank = 0, world = 1;  // this rank's rows of a global batch of world * batch windows
   uint64_t seed = 0;
@@ -86,7 +91,7 @@ struct DataLoader::Impl {
   // Prefetch: `ahead` (ending at `ahead_end`) is being built for `state` while `pending`.
   tbb::task_group tasks;
   bool pending = false;
-  torch::Tensor ahead;
+  Batch ahead;
   LoaderState ahead_end;
 
   const EpochPlan& plan_for(uint64_t epoch) {
@@ -107,20 +112,34 @@ struct DataLoader::Impl {
   }
 
   // This rank's (B, T+1) rows of the global batch starting at `st`; advances `st` past all of it.
-  torch::Tensor assemble(LoaderState& st) {
-    torch::Tensor out = torch::empty({batch, seq + 1}, torch::kInt64);
-    int64_t* dst = out.data_ptr<int64_t>();
+  Batch assemble(LoaderState& st) {
+    Batch out;
+    out.tokens = torch::empty({batch, seq + 1}, torch::kInt64);
+    int64_t* dst = out.tokens.data_ptr<int64_t>();
+    float* mdst = nullptr;
+    int64_t counted = 0;  // targets that count, over the global batch
+    if (mask) {
+      out.mask = torch::empty({batch, seq}, torch::kFloat32);
+      mdst = out.mask.data_ptr<float>();
+    }
     for (int64_t g = 0; g < world * batch; ++g) {
       const EpochPlan& p = plan_for(st.epoch);
       const uint64_t w = p.order.empty() ? st.cursor : p.order[st.cursor];
       const int64_t start = p.shift + static_cast<int64_t>(w) * seq;
       BCD_CHECK(start >= 0 && start + seq + 1 <= n_tokens, "window {} of epoch {}", w, st.epoch);
-      if (g / batch == rank) std::copy(tokens + start, tokens + start + seq + 1, dst + (g - rank * batch) * (seq + 1));
+      const bool mine = g / batch == rank;
+      if (mine) std::copy(tokens + start, tokens + start + seq + 1, dst + (g - rank * batch) * (seq + 1));
+      if (mask) {
+        const uint8_t* m = mask + start + 1;
+        if (mine) std::copy(m, m + seq, mdst + (g - rank * batch) * seq);
+        counted += std::count(m, m + seq, uint8_t{1});
+      }
       if (++st.cursor == static_cast<uint64_t>(windows)) {
         ++st.epoch;
         st.cursor = 0;
       }
     }
+    out.divisor = mask ? static_cast<double>(counted) / static_cast<double>(world) : static_cast<double>(batch * seq);
     return out;
   }
 
@@ -142,7 +161,7 @@ struct DataLoader::Impl {
     } catch (...) {
       // the batch is discarded; a persistent cause fails again in the next next()
     }
-    ahead = torch::Tensor();
+    ahead = Batch();
   }
 };
 
@@ -162,6 +181,7 @@ DataLoader::DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, 
   }
   Impl& m = *impl_;
   m.tokens = tokens.data();
+  if (ds.masked()) m.mask = ds.loss_mask(split).data();
   m.n_tokens = n;
   m.batch = batch_size;
   m.seq = seq_len;
@@ -183,14 +203,14 @@ DataLoader::~DataLoader() {
   }
 }
 
-torch::Tensor DataLoader::next() {
+Batch DataLoader::next() {
   Impl& m = *impl_;
-  torch::Tensor out;
+  Batch out;
   if (m.pending) {
     m.pending = false;
     m.tasks.wait();  // rethrows a failure of the prefetch
     out = std::move(m.ahead);
-    m.ahead = torch::Tensor();
+    m.ahead = Batch();
     m.state = m.ahead_end;
   } else {
     LoaderState st = m.state;

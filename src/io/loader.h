@@ -10,6 +10,20 @@
 
 namespace bcd {
 
+// One rank's rows of a step's global batch.
+// B = batch, T = seq_len.
+struct Batch {
+  torch::Tensor tokens;  // (B, T+1) int64: inputs tokens[:, :T], targets tokens[:, 1:]
+  // (B, T) float32, 1 where the target counts in the loss (instruction data: response tokens),
+  // 0 where it does not; undefined when every target counts (plain text).
+  torch::Tensor mask;
+  // What the loss divides its sum over counted targets by: the counted targets of the whole
+  // global batch (all ranks' rows) over the number of ranks, so the ranks' mean of their losses
+  // is the global batch's mean per counted target. B * T without a mask; 0 when no target of
+  // the global batch counts (the loss is then 0).
+  double divisor = 0;
+};
+
 // Where the loader is: enough to continue exactly (saved in checkpoints).
 struct LoaderState {
   uint64_t epoch = 0;     // passes over the split so far
@@ -31,8 +45,8 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // (B, T+1) int64 token ids; the next batch is being assembled on a background thread (TBB).
-  torch::Tensor next();
+  // The next batch; the one after it is being assembled on a background thread (TBB).
+  Batch next();
   // State as of the next call to next(), and restoring it (drops any prefetched batch).
   LoaderState state() const;
   void restore(const LoaderState& s);

@@ -285,14 +285,29 @@ torch::Tensor LlamaModel::frozen_blocks(const torch::Tensor& tokens, int upto) c
   return x;
 }
 
-torch::Tensor LlamaModel::loss(const torch::Tensor& batch_in, int grad_from, const torch::Tensor& below) const {
+// (B, T+1) -> next-token cross entropy (B*T,) unreduced, or its mean: the same logits either way.
+torch::Tensor LlamaModel::cross_entropy(const torch::Tensor& batch_in, int grad_from, const torch::Tensor& below,
+                                        bool mean) const {
   const torch::Tensor batch = to_compute(batch_in, opts_.device());  // loaders and samplers build on the CPU
   const int64_t t = batch.size(1) - 1;
   torch::Tensor inputs = batch.narrow(1, 0, t), targets = batch.narrow(1, 1, t);
   torch::Tensor logits = forward(inputs, grad_from, below);
   const int64_t v = logits.size(-1);
   torch::Tensor lf = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
-  return F::cross_entropy(lf.reshape({-1, v}), targets.reshape({-1}));
+  const torch::Tensor x = lf.reshape({-1, v}), y = targets.reshape({-1});
+  return mean ? F::cross_entropy(x, y) : F::cross_entropy(x, y, F::CrossEntropyFuncOptions().reduction(torch::kNone));
+}
+
+torch::Tensor LlamaModel::loss(const torch::Tensor& batch, int grad_from, const torch::Tensor& below) const {
+  return cross_entropy(batch, grad_from, below, /*mean=*/true);
+}
+
+torch::Tensor LlamaModel::loss(const Batch& b, int grad_from, const torch::Tensor& below) const {
+  if (!b.mask.defined()) return loss(b.tokens, grad_from, below);
+  const torch::Tensor ce = cross_entropy(b.tokens, grad_from, below, /*mean=*/false);
+  const torch::Tensor mask = to_compute(b.mask, opts_.device()).reshape({-1}).to(ce.scalar_type());
+  // No counted target in the whole global batch: a zero loss that still reaches every weight.
+  return (ce * mask).sum() / (b.divisor > 0 ? b.divisor : 1.0);
 }
 
 void LlamaModel::set_trainable(bool trainable) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "io/loader.h"
 #include "model/block.h"
 #include "base/config.h"
 
@@ -45,6 +46,10 @@ class LlamaModel {
   // `below`: frozen_prefix(batch, grad_from) computed earlier (bitwise what forward would
   // compute, as long as blocks [0, grad_from) have not changed since), or undefined.
   torch::Tensor loss(const torch::Tensor& batch, int grad_from = 0, const torch::Tensor& below = {}) const;
+  // A loader's batch: with a mask, the sum of the counted targets' cross entropy over
+  // batch.divisor (so ranks' means combine into the global batch's mean per counted target);
+  // without one, loss(batch.tokens, ...).
+  torch::Tensor loss(const Batch& batch, int grad_from = 0, const torch::Tensor& below = {}) const;
 
   // The part of forward below the active unit: batch (B, T+1)'s inputs through blocks
   // [0, upto) with no autograd -> hidden state (B, T, C); upto >= 1. It does not depend on the
@@ -69,6 +74,7 @@ class LlamaModel {
   torch::Tensor embed_weight() const;
   torch::Tensor head_weight() const;
   // tokens (B, T) through blocks [0, upto) with no autograd: forward below grad_from.
+  torch::Tensor cross_entropy(const torch::Tensor& batch, int grad_from, const torch::Tensor& below, bool mean) const;
   torch::Tensor frozen_blocks(const torch::Tensor& tokens, int upto) const;
 
   ModelConfig cfg_;

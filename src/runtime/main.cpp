@@ -269,7 +269,9 @@ int run(int argc, char** argv) {
   // prepare
   PrepareOptions popt;
   auto* prepare = app.add_subcommand("prepare", "tokenize text files into an HDF5 token dataset");
-  prepare->add_option("--input", popt.inputs, "text files or directories (fortune files: one document per % record)")
+  prepare->add_option("--input", popt.inputs,
+                      "text files or directories (fortune files: one document per % record; .jsonl: instruction "
+                      "records {\"prompt\", \"response\"} or {\"messages\": [...]}, trained on responses only)")
       ->required();
   prepare->add_option("--out", popt.out_dir, "output dataset directory")->required();
   prepare->add_option("--tokenizer", popt.tokenizer_model, "existing sentencepiece tokenizer.model (else train BPE)");
@@ -279,6 +281,9 @@ int run(int argc, char** argv) {
       ->check(kFinite)->check(CLI::Range(0.0, 0.5));
   prepare->add_option("--seed", popt.seed, "seed of the train/validation split");
   prepare->add_flag("--force", popt.force, "replace an existing output directory");
+  prepare->add_option("--chat-template", popt.chat_template, "how .jsonl records are laid out: plain, llama2, llama3, chatml")
+      ->capture_default_str();
+  prepare->add_flag("--skip-bad", popt.skip_bad, "count and skip bad .jsonl records instead of stopping at the first");
 
   // generate
   std::string run_dir;
@@ -417,6 +422,10 @@ int run(int argc, char** argv) {
     fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens, vocab {}, unigram val loss {:.4f}\n",
                popt.out_dir, r.n_docs_train, r.n_tokens_train, r.n_docs_val, r.n_tokens_val, r.vocab_size,
                r.unigram_val_loss);
+    if (r.instruct)
+      fmt::print("instruction data ({} template): the loss counts {} train / {} val tokens (responses){}\n",
+                 popt.chat_template, r.n_targets_train, r.n_targets_val,
+                 r.n_bad_records ? fmt::format("; {} bad record(s) skipped", r.n_bad_records) : "");
   } else if (generate->parsed()) {
     const TrainedModel m = trained_model("generate", run_dir, from_checkpoint);
     const Config& cfg = m.cfg;

@@ -123,23 +123,25 @@ std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
 // This step's update cannot change those blocks, so the result is bitwise what the next step
 // would compute; only while the next step trains the same unit.
 struct RunAhead {
-  torch::Tensor batch, below;
+  Batch batch;
+  torch::Tensor below;
   LoaderState loader_before;  // to hand the batch back before a checkpoint records the loader
 
-  bool pending() const { return batch.defined(); }
+  bool pending() const { return batch.tokens.defined(); }
   void run(RunSetup& r) {
     loader_before = r.train_loader.state();
     batch = r.train_loader.next();
-    below = r.model.frozen_prefix(batch, r.grad_from());
+    below = r.model.frozen_prefix(batch.tokens, r.grad_from());
   }
-  torch::Tensor take(torch::Tensor& below_out) {
+  Batch take(torch::Tensor& below_out) {
     below_out = std::exchange(below, {});
     return std::exchange(batch, {});
   }
   void give_back(RunSetup& r) {
     if (!pending()) return;
     r.train_loader.restore(loader_before);
-    batch = below = torch::Tensor();
+    batch = Batch();
+    below = torch::Tensor();
   }
 };
 
@@ -232,7 +234,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     torch::Tensor loss_sum;  // on the device; read on the steps that need the figure (below)
     for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
       torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
-      torch::Tensor batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
+      Batch batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
       torch::Tensor loss = run.model.loss(batch, run.grad_from(), below);  // forward; no autograd below the active unit
       if (micro == tc.grad_accum - 1) run.arm_reduction();           // buckets go out as backward fills them
       (loss / static_cast<double>(tc.grad_accum)).backward();        // backward stops at the active unit
@@ -372,14 +374,20 @@ double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_
   // Never count a window twice: at most one pass over the validation split.
   const int64_t max_batches = std::max<int64_t>(1, val.windows_per_epoch() / (batch_size * world));
   const int64_t n = std::min(batches, max_batches);
+  // Plain text: the mean of the batches' means (all of the same size). Instruction data: the
+  // cross entropy summed over every counted target, over their count.
   torch::Tensor total;  // summed on the device, read once
+  double counted = 0;   // instruction data: counted targets of all batches, all ranks
   for (int64_t i = 0; i < n; ++i) {
-    const torch::Tensor l = model.loss(val.next());
+    const Batch b = val.next();
+    torch::Tensor l = model.loss(b);
+    if (b.mask.defined()) l = l * b.divisor, counted += b.divisor * world;
     total = i == 0 ? l : total + l;
   }
   double sum = total.item<double>();
-  if (pg) sum = pg->sum_over_ranks({sum})[0] / world;
-  return sum / static_cast<double>(n);
+  if (pg) sum = pg->sum_over_ranks({sum})[0];
+  if (ds.masked()) return counted > 0 ? sum / counted : NAN;  // NaN: no response token in the batches read
+  return sum / world / static_cast<double>(n);
 }
 
 // Rank 0 owns the run directory: it locks it for the run, and a fresh run does not start in a
