@@ -1,0 +1,408 @@
+// Instruction records (JSONL), chat templates (plain, Llama 2, Llama 3, ChatML) and their
+// tokenization with response-only target masks.
+#include "io/chat.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+
+namespace bcd {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSpace = " \t\n\r\f\v";
+
+bool is_blank(std::string_view s) { return s.find_first_not_of(kSpace) == std::string_view::npos; }
+
+// Python's str.strip() on ASCII whitespace: what Meta's reference code applies to turns.
+std::string strip(std::string_view s) {
+  size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return {};
+  size_t e = s.find_last_not_of(kSpace);
+  return std::string(s.substr(b, e - b + 1));
+}
+
+// ---- Parsing ----
+
+// Where a record is, for error messages: "FILE:LINE".
+struct Where {
+  const std::string& file;
+  int64_t line;
+};
+
+template <typename... Args>
+[[noreturn]] void record_error(const Where& w, fmt::format_string<Args...> f, Args&&... args) {
+  user_error("{}:{}: {}", w.file, w.line, fmt::format(f, std::forward<Args>(args)...));
+}
+
+// "null", "a number", "an array", ...: a JSON value's type as a sentence says it.
+std::string describe(const json& j) {
+  if (j.is_null()) return "null";
+  return fmt::format("{} {}", j.is_array() || j.is_object() ? "an" : "a", j.type_name());
+}
+
+// The string at obj[key], `what` naming it in errors; null is allowed (and gives "") only
+// when `null_ok`.
+std::string string_field(const Where& w, const json& obj, const char* key, const std::string& what,
+                         bool null_ok = false) {
+  auto it = obj.find(key);
+  if (it == obj.end()) record_error(w, "{} has no \"{}\"; expected a string there", what, key);
+  if (it->is_null() && null_ok) return {};
+  if (!it->is_string()) {
+    record_error(w, "{} \"{}\" is {}; expected a string{}", what, key, describe(*it),
+                 null_ok ? " or null" : "");
+  }
+  return it->get<std::string>();
+}
+
+void check_not_blank(const Where& w, const ChatMessage& m, const std::string& what) {
+  if (is_blank(m.content)) {
+    record_error(w, "{} ({}) has {} content; expected text with a non-whitespace character", what,
+                 m.role, m.content.empty() ? "empty" : "whitespace-only");
+  }
+}
+
+ChatRecord parse_prompt_form(const Where& w, const json& j) {
+  ChatRecord r;
+  if (j.contains("system")) {
+    std::string sys = string_field(w, j, "system", "the record", /*null_ok=*/true);
+    if (!is_blank(sys)) r.messages.push_back({"system", std::move(sys)});
+  }
+  if (!j.contains("response")) {
+    record_error(w, "the record has \"prompt\" but no \"response\"; expected both strings");
+  }
+  r.messages.push_back({"user", string_field(w, j, "prompt", "the record")});
+  r.messages.push_back({"assistant", string_field(w, j, "response", "the record")});
+  check_not_blank(w, r.messages[r.messages.size() - 2], "\"prompt\"");
+  check_not_blank(w, r.messages.back(), "\"response\"");
+  return r;
+}
+
+ChatRecord parse_messages_form(const Where& w, const json& j) {
+  const json& msgs = j.at("messages");
+  if (!msgs.is_array()) {
+    record_error(w, "\"messages\" is {}; expected an array of {{\"role\", \"content\"}} objects",
+                 describe(msgs));
+  }
+  if (msgs.empty()) {
+    record_error(w, "\"messages\" is empty; expected user and assistant messages");
+  }
+  ChatRecord r;
+  size_t n_dialog = 0;  // user and assistant messages so far
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const std::string what = fmt::format("message {}", i + 1);
+    const json& m = msgs[i];
+    if (!m.is_object()) {
+      record_error(w, "{} is {}; expected an object with \"role\" and \"content\"", what,
+                   describe(m));
+    }
+    ChatMessage msg{string_field(w, m, "role", what), string_field(w, m, "content", what)};
+    if (msg.role == "system") {
+      if (i != 0) {
+        record_error(w, "{} has role \"system\"; expected a system message only first", what);
+      }
+      if (is_blank(msg.content)) continue;
+    } else if (msg.role == "user" || msg.role == "assistant") {
+      const char* want = n_dialog++ % 2 == 0 ? "user" : "assistant";
+      if (msg.role != want) {
+        record_error(w, "{} has role \"{}\"; expected \"{}\" (user and assistant alternate, "
+                        "user first, after an optional system message)",
+                     what, msg.role, want);
+      }
+      check_not_blank(w, msg, what);
+    } else {
+      record_error(w, "{} has role \"{}\"; expected \"system\", \"user\" or \"assistant\"", what,
+                   msg.role);
+    }
+    r.messages.push_back(std::move(msg));
+  }
+  if (r.messages.empty() || r.messages.back().role != "assistant") {
+    record_error(w, "the last message ({}) is not the assistant's; expected the conversation "
+                    "to end with an assistant message to train on",
+                 r.messages.empty() ? "system" : r.messages.back().role);
+  }
+  return r;
+}
+
+}  // namespace
+
+ChatRecord parse_chat_record(std::string_view line, const std::string& file, int64_t line_no) {
+  const Where w{file, line_no};
+  json j;
+  try {
+    j = json::parse(line.begin(), line.end());
+  } catch (const json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: <why>";
+    // the line within our one-line text would only confuse next to FILE:LINE
+    const char* at = std::strstr(e.what(), "column ");
+    const char* why = at ? std::strstr(at, ": ") : nullptr;
+    record_error(w, "not valid JSON at column {} ({}); expected one JSON object per line", e.byte,
+                 why ? why + 2 : e.what());
+  }
+  if (!j.is_object()) {
+    record_error(w, "the line is {}; expected a JSON object", describe(j));
+  }
+  const bool has_messages = j.contains("messages");
+  const bool has_prompt = j.contains("prompt") || j.contains("response");
+  if (has_messages && (has_prompt || j.contains("system"))) {
+    record_error(w, "the record has \"messages\" and \"{}\"; expected one form: \"messages\", or "
+                    "\"prompt\" and \"response\" (with an optional \"system\")",
+                 j.contains("prompt") ? "prompt" : j.contains("response") ? "response" : "system");
+  }
+  if (has_messages) return parse_messages_form(w, j);
+  if (j.contains("prompt")) return parse_prompt_form(w, j);
+  if (j.contains("response")) {
+    record_error(w, "the record has \"response\" but no \"prompt\"; expected both strings");
+  }
+  record_error(w, "the record has neither \"messages\" nor \"prompt\"; expected a \"messages\" "
+                  "array, or \"prompt\" and \"response\" strings");
+}
+
+std::vector<ChatRecord> read_chat_jsonl(const std::string& path, bool skip_bad, int64_t* n_bad) {
+  BCD_CHECK(!skip_bad || n_bad != nullptr, "skip_bad needs a counter");
+  if (n_bad) *n_bad = 0;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    user_error("chat data file {} is a directory; expected a JSONL file", path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) user_error("cannot open chat data file {}: {}", path, std::strerror(errno));
+  std::vector<ChatRecord> out;
+  std::string line;
+  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (is_blank(line)) continue;
+    if (!skip_bad) {
+      out.push_back(parse_chat_record(line, path, line_no));
+      continue;
+    }
+    try {
+      out.push_back(parse_chat_record(line, path, line_no));
+    } catch (const UserError&) {
+      ++*n_bad;
+    }
+  }
+  // getline sets failbit (with eofbit) at the end; badbit means the read itself failed
+  if (in.bad()) user_error("cannot read chat data file {}: {}", path, std::strerror(errno));
+  return out;
+}
+
+// ---- Templates ----
+
+namespace {
+
+constexpr ChatTemplate kTemplates[] = {ChatTemplate::kPlain, ChatTemplate::kLlama2,
+                                       ChatTemplate::kLlama3, ChatTemplate::kChatML};
+
+// Builds a piece list, merging adjacent text of the same target flag.
+class PieceList {
+ public:
+  void text(std::string_view s, bool target) {
+    if (s.empty()) return;
+    if (!out_.empty() && out_.back().kind == ChatPiece::kText && out_.back().target == target) {
+      out_.back().text += s;
+    } else {
+      out_.push_back({ChatPiece::kText, std::string(s), target});
+    }
+  }
+  void bos() { out_.push_back({ChatPiece::kBos, {}, false}); }
+  void eos(bool target) { out_.push_back({ChatPiece::kEos, {}, target}); }
+  std::vector<ChatPiece> take() { return std::move(out_); }
+
+ private:
+  std::vector<ChatPiece> out_;
+};
+
+// A validated record split into its optional system prompt and (user, assistant) turns.
+struct Turns {
+  const std::string* system = nullptr;
+  std::vector<std::pair<const std::string*, const std::string*>> turns;
+};
+
+Turns split_turns(const ChatRecord& r) {
+  Turns t;
+  size_t i = 0;
+  if (!r.messages.empty() && r.messages[0].role == "system") t.system = &r.messages[i++].content;
+  for (; i + 1 < r.messages.size(); i += 2) {
+    BCD_CHECK(r.messages[i].role == "user" && r.messages[i + 1].role == "assistant",
+              "chat record not validated: messages {} and {} are {} and {}", i, i + 1,
+              r.messages[i].role, r.messages[i + 1].role);
+    t.turns.emplace_back(&r.messages[i].content, &r.messages[i + 1].content);
+  }
+  BCD_CHECK(i == r.messages.size() && !t.turns.empty(),
+            "chat record not validated: {} messages do not end with an assistant turn",
+            r.messages.size());
+  return t;
+}
+
+// Our own Alpaca-like layout (Taori et al. 2023, Stanford Alpaca's "### Instruction:" /
+// "### Response:" headers) without Alpaca's preamble sentence. EOS ends every response: a text
+// marker such as "\n\n" also occurs inside responses and could not tell a generator to stop.
+void render_plain(const Turns& t, PieceList* p) {
+  p->bos();
+  if (t.system) p->text("### System:\n" + *t.system + "\n\n", false);
+  for (size_t i = 0; i < t.turns.size(); ++i) {
+    if (i > 0) p->text("\n\n", false);
+    p->text("### Instruction:\n" + *t.turns[i].first + "\n\n### Response:\n", false);
+    p->text(*t.turns[i].second, true);
+    p->eos(true);
+  }
+}
+
+// Meta's Llama 2 chat format, llama/generation.py chat_completion(): per turn
+//   BOS "[INST] {user.strip()} [/INST] {assistant.strip()} " EOS
+// with the system prompt folded into the first user message as "<<SYS>>\n{sys}\n<</SYS>>\n\n"
+// before the strip. The space before the answer goes with the target: in Meta's one-string
+// encoding of a turn it is the "▁" of the answer's first token.
+void render_llama2(const Turns& t, PieceList* p) {
+  for (size_t i = 0; i < t.turns.size(); ++i) {
+    std::string user = *t.turns[i].first;
+    if (i == 0 && t.system) user = "<<SYS>>\n" + *t.system + "\n<</SYS>>\n\n" + user;
+    p->bos();
+    p->text("[INST] " + strip(user) + " [/INST]", false);
+    p->text(" " + strip(*t.turns[i].second) + " ", true);
+    p->eos(true);
+  }
+}
+
+// Meta's Llama 3 instruct format, llama3/llama/tokenizer.py ChatFormat: BOS stands for
+// <|begin_of_text|>; each message is a header "<|start_header_id|>{role}<|end_header_id|>\n\n",
+// the stripped content and <|eot_id|>; the generation prompt is the assistant header. Llama 3's
+// <|eot_id|> ends a turn; our EOS (their <|end_of_text|>) ends the record.
+void render_llama3(const Turns& t, PieceList* p) {
+  auto header = [](const char* role) {
+    return fmt::format("<|start_header_id|>{}<|end_header_id|>\n\n", role);
+  };
+  p->bos();
+  if (t.system) p->text(header("system") + strip(*t.system) + "<|eot_id|>", false);
+  for (const auto& [user, assistant] : t.turns) {
+    p->text(header("user") + strip(*user) + "<|eot_id|>" + header("assistant"), false);
+    p->text(strip(*assistant) + "<|eot_id|>", true);
+  }
+  p->eos(true);
+}
+
+// ChatML as OpenAI documented it (openai-python chatml.md) and Qwen and others use it:
+// "<|im_start|>{role}\n{content}<|im_end|>\n" per message, contents verbatim; the generation
+// prompt is "<|im_start|>assistant\n". The newline after <|im_end|> separates messages and is
+// not trained; the record's EOS is.
+void render_chatml(const Turns& t, PieceList* p) {
+  p->bos();
+  if (t.system) p->text("<|im_start|>system\n" + *t.system + "<|im_end|>\n", false);
+  for (const auto& [user, assistant] : t.turns) {
+    p->text("<|im_start|>user\n" + *user + "<|im_end|>\n<|im_start|>assistant\n", false);
+    p->text(*assistant + "<|im_end|>", true);
+    p->text("\n", false);
+  }
+  p->eos(true);
+}
+
+}  // namespace
+
+ChatTemplate chat_template_from_name(const std::string& name) {
+  for (ChatTemplate t : kTemplates) {
+    if (name == chat_template_name(t)) return t;
+  }
+  user_error("unknown chat template \"{}\"; expected one of plain, llama2, llama3, chatml", name);
+}
+
+const char* chat_template_name(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::kPlain: return "plain";
+    case ChatTemplate::kLlama2: return "llama2";
+    case ChatTemplate::kLlama3: return "llama3";
+    case ChatTemplate::kChatML: return "chatml";
+  }
+  BCD_CHECK(false, "bad ChatTemplate {}", static_cast<int>(t));
+  return "";
+}
+
+// The special markers (<|eot_id|>, <|im_start|>, [INST], ...) are plain text here: our
+// sentencepiece tokenizers have no user-defined symbols, so each marker is several ordinary
+// tokens, learned like any other text. Only BOS and EOS are single special ids.
+std::vector<ChatPiece> render_chat(const ChatRecord& r, ChatTemplate t) {
+  const Turns turns = split_turns(r);
+  PieceList p;
+  switch (t) {
+    case ChatTemplate::kPlain: render_plain(turns, &p); break;
+    case ChatTemplate::kLlama2: render_llama2(turns, &p); break;
+    case ChatTemplate::kLlama3: render_llama3(turns, &p); break;
+    case ChatTemplate::kChatML: render_chatml(turns, &p); break;
+  }
+  return p.take();
+}
+
+std::string render_chat_text(const ChatRecord& r, ChatTemplate t) {
+  std::string out;
+  for (const ChatPiece& p : render_chat(r, t)) {
+    switch (p.kind) {
+      case ChatPiece::kText: out += p.text; break;
+      case ChatPiece::kBos: out += "<s>"; break;
+      case ChatPiece::kEos: out += "</s>"; break;
+    }
+  }
+  return out;
+}
+
+// ---- Tokens ----
+
+namespace {
+
+// sentencepiece prepends "▁" (its dummy prefix) to every string it encodes, so encode(a) +
+// encode(b) != encode(a + b). As torchtune's SentencePieceBaseTokenizer does
+// (trim_leading_whitespace), we encode "\n" + text and drop the tokens of "\n": no merge
+// crosses the newline (our tokenizers train on single lines, and Llama's byte-encode "\n"),
+// so what remains is `text` as it continues the text before it. Checked, not assumed.
+std::vector<int> encode_continuation(const Tokenizer& tok, const std::string& text) {
+  static constexpr const char* kAnchor = "\n";
+  const std::vector<int> anchor = tok.encode(kAnchor);
+  std::vector<int> ids = tok.encode(kAnchor + text);
+  if (ids.size() < anchor.size() || !std::equal(anchor.begin(), anchor.end(), ids.begin())) {
+    user_error("tokenizer {} merges a newline with the text after it; chat templates need "
+               "\"\\n\" to tokenize on its own (expected a sentencepiece model like Llama's)",
+               tok.path());
+  }
+  ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(anchor.size()));
+  return ids;
+}
+
+}  // namespace
+
+MaskedTokens tokenize_chat(const std::vector<ChatPiece>& pieces, const Tokenizer& tok) {
+  MaskedTokens out;
+  auto append = [&](const std::vector<int>& ids, bool target) {
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    out.target.insert(out.target.end(), ids.size(), target ? 1 : 0);
+  };
+  bool at_start = true;  // the next text piece starts a document (record start or after BOS)
+  for (const ChatPiece& p : pieces) {
+    switch (p.kind) {
+      case ChatPiece::kBos:
+        if (tok.bos_id() >= 0) append({tok.bos_id()}, p.target);
+        at_start = true;
+        break;
+      case ChatPiece::kEos:
+        if (tok.eos_id() < 0) {
+          user_error("tokenizer {} has no end-of-sequence piece (expected eos_id >= 0; chat "
+                     "records end each response with it)",
+                     tok.path());
+        }
+        append({tok.eos_id()}, p.target);
+        break;
+      case ChatPiece::kText:
+        append(at_start ? tok.encode(p.text) : encode_continuation(tok, p.text), p.target);
+        at_start = false;
+        break;
+    }
+  }
+  return out;
+}
+
+}  // namespace bcd

@@ -1,0 +1,99 @@
+// Instruction data: JSONL records of chat turns, chat templates that lay a record out as text
+// with BOS/EOS, and tokenization into ids plus a per-token mask of what the model is trained on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/tokenizer.h"
+
+namespace bcd {
+
+// ---- Records ----
+
+struct ChatMessage {
+  std::string role;     // "system" | "user" | "assistant"
+  std::string content;  // as read from the record, never empty for user and assistant
+};
+
+// A validated conversation: an optional system message first, then user/assistant turns
+// alternating from the user's and ending with the assistant's (so messages.size() >= 2).
+struct ChatRecord {
+  std::vector<ChatMessage> messages;
+};
+
+// One JSONL line -> record. Two forms:
+//   {"prompt": str, "response": str, "system": str (optional)}
+//   {"messages": [{"role": str, "content": str}, ...]}
+// Rules (each break is a UserError "FILE:LINE: <what was found>; expected <what>"):
+//   - the line is one JSON object (UTF-8, as JSON requires);
+//   - it has "messages" or "prompt"+"response", not both forms ("system" belongs to the prompt
+//     form: with "messages" the system prompt is a system message);
+//   - prompt, response, role and content are strings; "system" is a string or null;
+//   - "messages" is a non-empty array of objects; roles are "system", "user" or "assistant";
+//   - a system message is first or nowhere; then user and assistant alternate, user first;
+//   - the last message is the assistant's (there must be something to train on);
+//   - user and assistant content holds a non-whitespace character.
+// A blank (empty or whitespace-only) system prompt is dropped: the record has none. Keys other
+// than the above (ids, sources, metadata) are ignored, in the record and in its messages.
+ChatRecord parse_chat_record(std::string_view line, const std::string& file, int64_t line_no);
+
+// Reads a whole JSONL file, one record a line (1-based line numbers in errors; blank lines
+// skipped). skip_bad: a record parse_chat_record rejects is counted in *n_bad (set to 0 first;
+// must not be null) instead of thrown; n_bad may be null when !skip_bad. A file that cannot be
+// opened or read is a UserError naming it either way.
+std::vector<ChatRecord> read_chat_jsonl(const std::string& path, bool skip_bad, int64_t* n_bad);
+
+// ---- Templates ----
+
+enum class ChatTemplate { kPlain, kLlama2, kLlama3, kChatML };
+
+// "plain", "llama2", "llama3", "chatml"; anything else is a UserError listing these.
+ChatTemplate chat_template_from_name(const std::string& name);
+const char* chat_template_name(ChatTemplate t);
+
+// One stretch of a rendered record. kBos/kEos carry no text: they become the tokenizer's ids.
+// target: the model is trained to produce this piece (assistant content and end-of-turn marker).
+struct ChatPiece {
+  enum Kind { kText, kBos, kEos } kind;
+  std::string text;
+  bool target;
+};
+
+// The record as template `t` lays it out. `target` marks each assistant turn's content plus the
+// template's end-of-turn marker (so the model learns to stop). Every record ends with an EOS
+// piece, a target (the last message is always the assistant's). Adjacent text pieces with the
+// same target flag are merged. Layouts (S = system, U = user, A = assistant, <s>/</s> = BOS/EOS
+// pieces, [..] = target):
+//   plain   <s>### System:\nS\n\n### Instruction:\nU\n\n### Response:\n[A</s>]
+//           turns after the first start with "\n\n### Instruction:\n"
+//   llama2  <s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST][ A </s>]  then <s>[INST] U [/INST][ A </s>]
+//   llama3  <s><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>
+//           <|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>
+//           <|start_header_id|>assistant<|end_header_id|>\n\n[A<|eot_id|>] ... [</s>]
+//   chatml  <s><|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n
+//           <|im_start|>assistant\n[A<|im_end|>]\n ... [</s>]
+std::vector<ChatPiece> render_chat(const ChatRecord& r, ChatTemplate t);
+
+// The pieces joined, BOS/EOS written "<s>"/"</s>": for tests, tokenizer training and display.
+std::string render_chat_text(const ChatRecord& r, ChatTemplate t);
+
+// ---- Tokens ----
+
+struct MaskedTokens {
+  std::vector<int> ids;
+  std::vector<uint8_t> target;  // target[i] = 1: ids[i] is trained on (predicted from ids[< i])
+};
+
+// Tokenizes `pieces` piece by piece, so no token straddles a prompt/response boundary; each
+// token takes its piece's target flag. A kBos piece is skipped when tok.bos_id() < 0; a kEos
+// piece needs tok.eos_id() >= 0 (UserError naming the tokenizer otherwise). A text piece that
+// starts the record or follows a kBos piece is encoded as a document is (sentencepiece's dummy
+// prefix "▁" included, as in `prepare` and Meta's Llama 2 per-turn encoding); any other text
+// piece is encoded as the continuation of the text before it, without that prefix, so the ids
+// decode to the rendered text.
+MaskedTokens tokenize_chat(const std::vector<ChatPiece>& pieces, const Tokenizer& tok);
+
+}  // namespace bcd
