@@ -11,6 +11,7 @@ usage() {
   echo "  NAME: adamw-kernel  fused CPU AdamW vs torch::optim::AdamW vs memcpy" >&2
   echo "        bcd-step      BCD step time over a block-epoch vs full AdamW (12 layers)" >&2
   echo "        convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens" >&2
+  echo "        finetune      LIMA instruction fine-tuning from a pretrained base: BCD keep / reset vs AdamW" >&2
   echo "        io            fio vs bcdtrain iobench (io_uring and thread engines)" >&2
   echo "        staging       BCD step time with master + moments on NVMe vs in host memory" >&2
   echo "        comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)" >&2
@@ -27,6 +28,7 @@ case "$name" in
   adamw-kernel) target=bench_adamw; program=tests/bench_adamw ;;
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
+  finetune) target=bench_finetune; program=tests/bench_finetune ;;
   io) target=bcdtrain; program="" ;;
   staging) target=bench_staging; program=tests/bench_staging ;;
   memory) target=bench_memory; program=tests/bench_memory ;;

@@ -163,6 +163,15 @@ class DataParallel : public ::testing::Test {
     dir_ = new test::TempDir("bcd-dist");
     auto r = test::prepare_fortunes(dir_->file("data"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
+    // Instruction data (a loss mask over the answers) with the same tokenizer.
+    std::string jsonl;
+    for (int i = 0; i < 300; ++i)
+      jsonl += "{\"prompt\": \"What is " + std::to_string(i) + " plus " + std::to_string(i % 7) + "?\", \"response\": \"It is " +
+               std::to_string(i + i % 7) + ".\"}\n";
+    test::write_text(dir_->file("inst.jsonl"), jsonl);
+    r = test::run_bcdtrain("prepare --input " + dir_->file("inst.jsonl") + " --out " + dir_->file("inst") +
+                           " --tokenizer " + dir_->file("data") + "/tokenizer.model --val-fraction 0.3");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() {
     delete dir_;
@@ -252,6 +261,7 @@ class DataParallelVariants : public DataParallel, public ::testing::WithParamInt
 TEST_P(DataParallelVariants, TwoRanksGiveOneRankWithTwiceTheBatch) {
   const Variant v = GetParam();
   std::string extra = std::string(" --train.steps=10 ") + v.extra;
+  if (const size_t at = extra.find("@INST@"); at != std::string::npos) extra.replace(at, 6, path("inst"));
   if (std::string(v.name).find("Nvme") != std::string::npos) {
     fs::create_directories(path(std::string("nvme-") + v.name));
     extra += " --memory.home=nvme --memory.nvme_paths='[\"" + path(std::string("nvme-") + v.name) + "\"]'";
@@ -276,7 +286,10 @@ TEST_P(DataParallelVariants, TwoRanksGiveOneRankWithTwiceTheBatch) {
       EXPECT_NEAR(m2[i]["val_loss"].get<double>(), m1[i]["val_loss"].get<double>(), 1e-5) << "step " << i + 1;
     }
   }
-  expect_weights_close(path(r1) + "/model.h5", path(r2) + "/model.h5", 1e-5);
+  // Instruction data: the gradient comes from the few answer tokens, so more of its elements sit
+  // near zero, where Adam's 1/sqrt(v) turns rounding into movement (expect_weights_close).
+  const bool masked = std::string(v.extra).find("@INST@") != std::string::npos;
+  expect_weights_close(path(r1) + "/model.h5", path(r2) + "/model.h5", masked ? 5e-5 : 1e-5);
   // The gradient went out in buckets while backward ran, rebuilt for every new trainable set
   // (a visit starts at steps 1, 4, 7 and 10; full AdamW never changes its set).
   const auto& last = m2.back();
@@ -318,6 +331,8 @@ INSTANTIATE_TEST_SUITE_P(
         Variant{"BcdResetReplicated", "--bcd.state_on_switch=reset --dist.shard_state=false"},
         Variant{"BcdKeepNvme", "--bcd.state_on_switch=keep --bcd.order=ascending"},
         Variant{"BcdKeepNvmeReplicated", "--bcd.state_on_switch=keep --dist.shard_state=false"},
+        // The loss divides by the global batch's count of answer tokens, not each rank's own.
+        Variant{"BcdKeepInstructionData", "--bcd.state_on_switch=keep --data.path=@INST@"},
         Variant{"FullAdamW", "--bcd.enabled=false"},
         Variant{"FullAdamWReplicated", "--bcd.enabled=false --dist.shard_state=false"}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -1,5 +1,6 @@
 // Trainer tests: overfitting a fixed sequence, the tiny demo config learning, determinism, outputs.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -152,6 +153,48 @@ TEST_F(TrainerRun, TinyConfigLearnsIn30Steps) {
   ASSERT_EQ(e.exit_code, 0) << e.output;
   auto ej = nlohmann::json::parse(e.output.substr(e.output.find('{')));
   EXPECT_NEAR(ej["val_loss"].get<double>(), m[29]["val_loss"].get<double>(), 1e-4);
+}
+
+// Instruction data end to end through the binary: prepare a .jsonl with the corpus's tokenizer
+// and a template, train, and sample: the prompts are laid out as user turns (the dataset's
+// template, "auto"), the validation loss is over responses only, and eval agrees with it.
+TEST_F(TrainerRun, InstructionDataTrainsAndSamplesInItsTemplate) {
+  std::string jsonl;
+  for (int i = 0; i < 80; ++i) {
+    nlohmann::json rec = {{"messages",
+                           {{{"role", "user"}, {"content", fmt::format("What is {} plus {}?", i, i + 1)}},
+                            {{"role", "assistant"}, {"content", fmt::format("{} plus {} is {}.", i, i + 1, 2 * i + 1)}}}}};
+    jsonl += rec.dump() + "\n";
+  }
+  const std::string file = dir_->file("sums.jsonl"), ds = dir_->file("sums");
+  test::write_text(file, jsonl);
+  auto p = test::run_bcdtrain("prepare --input " + file + " --out " + ds + " --tokenizer " + data() +
+                              "/tokenizer.model --chat-template chatml --val-fraction 0.2");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_NE(p.output.find("instruction data (chatml template)"), std::string::npos) << p.output;
+  const std::string run = run_dir("sums_run");
+  auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + ds +
+                              " --model.d_model=64 --model.d_ff=128 --train.seq_len=32 --train.batch_size=4"
+                              " --train.steps=6 --train.val_every=3 --train.val_batches=1000 --bcd.switch_every=2"
+                              " --sample.prompts=\"['What is 2 plus 3?']\" --sample.max_new_tokens=6 --train.run_dir=" + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(test::read_text(run + "/samples.txt").rfind("--- sample 1 ---\n<|im_start|>user\nWhat is 2 plus 3?<|im_end|>\n"
+                                                       "<|im_start|>assistant\n", 0), 0u)
+      << test::read_text(run + "/samples.txt");
+  const auto m = read_metrics(run + "/metrics.jsonl");
+  ASSERT_TRUE(m.back().contains("val_loss"));
+  auto e = test::run_bcdtrain("eval --run " + run + " --batch-size 4");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  auto ej = nlohmann::json::parse(e.output.substr(e.output.find('{')));
+  EXPECT_NEAR(ej["val_loss"].get<double>(), m.back()["val_loss"].get<double>(), 1e-4);
+  // "none" continues the prompt as text; a template name that does not exist stops the run first.
+  auto g = test::run_bcdtrain("generate --run " + run + " --chat-template none --prompt 'What is' --max-new-tokens 3");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(g.output.find("<|im_start|>"), std::string::npos) << g.output;
+  auto bad = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + ds +
+                                " --sample.chat_template=vicuna --train.run_dir=" + run_dir("sums_bad"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("chat_template"), std::string::npos) << bad.output;
 }
 
 TEST_F(TrainerRun, SameSeedSameLosses) {

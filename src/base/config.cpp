@@ -337,6 +337,11 @@ void validate_config(const Config& c) {
   if (s.temperature < 0) user_error("config: [sample] temperature must be >= 0");
   if (s.top_k < 0) user_error("config: [sample] top_k must be >= 0");
   if (s.top_p <= 0 || s.top_p > 1) user_error("config: [sample] top_p must be in (0, 1]");
+  // The names io/chat.h knows (this floor cannot ask it), so a typo stops the run before it trains.
+  static const std::set<std::string> kChat = {"auto", "none", "plain", "llama2", "llama3", "chatml"};
+  if (!kChat.count(s.chat_template))
+    user_error("config: [sample] chat_template: expected auto, none, plain, llama2, llama3 or chatml, got \"{}\"",
+               s.chat_template);
 }
 
 std::string config_to_toml(Config& cfg) {

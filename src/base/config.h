@@ -168,10 +168,12 @@ struct SampleConfig {
   double temperature = 0.8;
   int64_t top_k = 40;
   double top_p = 0.95;
+  std::string chat_template = "auto";
 
   template <class V>
   void visit(V& v) {
     v("prompts", prompts, "prompts for the samples printed at the end of training");
+    v("chat_template", chat_template, "prompts are user turns laid out by this template (plain, llama2, llama3, chatml); \"auto\" = the dataset's when it holds instruction data; \"none\" = prompts are text to continue");
     v("max_new_tokens", max_new_tokens, "tokens generated per sample");
     v("temperature", temperature, "sampling temperature; 0 = greedy");
     v("top_k", top_k, "keep the k most likely tokens; 0 = off");

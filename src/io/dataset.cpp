@@ -625,6 +625,21 @@ TokenDataset TokenDataset::open(const std::string& dir) {
   return d;
 }
 
+std::string dataset_chat_template(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kTokensFile).string();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return "";
+  quiet_hdf5();
+  try {
+    if (!H5::H5File::isHdf5(path)) return "";
+    H5::H5File file(path, H5F_ACC_RDONLY);
+    if (!file.attrExists("chat_template")) return "";
+    return read_str_attr(file, "chat_template", path);
+  } catch (...) {
+    return "";
+  }
+}
+
 std::string TokenDataset::tokenizer_path() const {
   return (fs::path(dir_) / tokenizer_file_).string();
 }

@@ -53,6 +53,10 @@ struct PrepareReport {
 // whole); other files give one document per blank-line-separated paragraph.
 PrepareReport prepare_dataset(const PrepareOptions& opt);
 
+// The chat template instruction data in `dir` was laid out with; "" for plain text, or when the
+// dataset cannot be read (callers that need the data open it and get its error).
+std::string dataset_chat_template(const std::string& dir);
+
 class TokenDataset {
  public:
   // Opens <dir>/tokens.h5; UserError naming the file when missing, malformed or inconsistent.

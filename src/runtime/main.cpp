@@ -302,6 +302,10 @@ int run(int argc, char** argv) {
   generate->add_option("--top-k", so.top_k, "keep the k most likely tokens; 0 = off")->check(CLI::NonNegativeNumber);
   generate->add_option("--top-p", so.top_p, "nucleus mass; 1 = off")->check(kFinite)->check(CLI::Range(1e-6, 1.0));
   generate->add_option("--seed", seed, "sampling seed");
+  std::string gen_chat;
+  generate->add_option("--chat-template", gen_chat,
+                       "prompts are user turns laid out by this template (plain, llama2, llama3, chatml; none = text to "
+                       "continue); default: the run's [sample] chat_template");
 
   // eval
   std::string data_dir;
@@ -436,8 +440,12 @@ int run(int argc, char** argv) {
                  cfg.model.vocab_size);
     if (prompts.empty()) prompts = cfg.sample.prompts;
     if (prompts.empty()) user_error("generate: no --prompt given and the run's [sample] prompts are empty");
+    const std::optional<ChatTemplate> chat =
+        sample_chat_template(gen_chat.empty() ? cfg.sample.chat_template : gen_chat, cfg.data.path);
     for (size_t i = 0; i < prompts.size(); ++i) {
-      fmt::print("--- sample {} ---\n{}\n", i + 1, generate_text(model, tok, prompts[i], so, seed + i));
+      fmt::print("--- sample {} ---\n{}\n", i + 1,
+                 chat ? generate_chat(model, tok, *chat, prompts[i], so, seed + i)
+                      : generate_text(model, tok, prompts[i], so, seed + i));
       std::fflush(stdout);
     }
   } else if (iobench->parsed()) {

@@ -3,7 +3,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <string_view>
+
 #include "base/error.h"
+#include "io/dataset.h"
 
 namespace bcd {
 
@@ -64,6 +67,50 @@ std::string generate_text(const LlamaModel& model, const Tokenizer& tok, const s
   if (!out.empty() && out.back() == tok.eos_id()) out.pop_back();
   ids.insert(ids.end(), out.begin(), out.end());
   return tok.decode(ids);
+}
+
+std::string generate_chat(const LlamaModel& model, const Tokenizer& tok, ChatTemplate tmpl, const std::string& prompt,
+                          SampleOptions opt, uint64_t seed) {
+  // Laid out with a placeholder answer: the pieces before the first target are the prompt, and
+  // what follows the placeholder in that target piece is the end-of-turn marker.
+  constexpr std::string_view kHole = "\x01";
+  const std::vector<ChatPiece> pieces = render_chat(ChatRecord{{{"user", prompt}, {"assistant", std::string(kHole)}}}, tmpl);
+  std::vector<ChatPiece> head;
+  std::string marker, shown;
+  for (const ChatPiece& p : pieces) {
+    if (p.target) {
+      const size_t at = p.text.find(kHole);
+      marker = at == std::string::npos ? "" : p.text.substr(at + kHole.size());
+      if (at != std::string::npos && at > 0) head.push_back({ChatPiece::kText, p.text.substr(0, at), false});
+      break;
+    }
+    head.push_back(p);
+  }
+  for (const ChatPiece& p : head) shown += p.text;
+  opt.stop_token = tok.eos_id();
+  std::vector<int> out = generate_tokens(model, tokenize_chat(head, tok).ids, opt, seed);
+  if (!out.empty() && out.back() == tok.eos_id()) out.pop_back();
+  std::string answer = tok.decode(out);
+  // A whitespace marker (Llama 2's " ") is not a place to cut; the others end the turn.
+  if (marker.find_first_not_of(" \n") != std::string::npos) {
+    const size_t end = answer.find(marker);
+    if (end != std::string::npos) answer.resize(end);
+  }
+  return shown + answer;
+}
+
+std::optional<ChatTemplate> sample_chat_template(const std::string& setting, const std::string& data_dir) {
+  if (setting == "none") return std::nullopt;
+  if (setting != "auto") {
+    try {
+      return chat_template_from_name(setting);
+    } catch (const UserError& e) {
+      user_error("config: [sample] chat_template: {} (or \"auto\", \"none\")", e.what());
+    }
+  }
+  const std::string name = dataset_chat_template(data_dir);
+  if (name.empty()) return std::nullopt;
+  return chat_template_from_name(name);
 }
 
 }  // namespace bcd

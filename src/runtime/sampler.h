@@ -4,8 +4,11 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "io/chat.h"
 #include "io/tokenizer.h"
 #include "model/llama.h"
 
@@ -31,5 +34,16 @@ std::vector<int> generate_tokens(const LlamaModel& model, const std::vector<int>
 // the training stream); generation stops at the next one. Returns prompt + continuation.
 std::string generate_text(const LlamaModel& model, const Tokenizer& tok, const std::string& prompt,
                           SampleOptions opt, uint64_t seed);
+
+// Chat: `prompt` is a user turn laid out by `tmpl` (as the fine-tuning data was); generation
+// stops at EOS. Returns the prompt as laid out (BOS left out) followed by the answer, the
+// template's end-of-turn marker and anything after it removed.
+std::string generate_chat(const LlamaModel& model, const Tokenizer& tok, ChatTemplate tmpl, const std::string& prompt,
+                          SampleOptions opt, uint64_t seed);
+
+// The template [sample] prompts are laid out in: `setting` "auto" = the template of the dataset in
+// `data_dir` when it holds instruction data (none when it is plain text or cannot be read),
+// "none" = none, else a template name (UserError naming [sample] chat_template when unknown).
+std::optional<ChatTemplate> sample_chat_template(const std::string& setting, const std::string& data_dir);
 
 }  // namespace bcd

@@ -333,8 +333,12 @@ std::string write_samples(RunSetup& run, TrainSummary& sum) {
   so.top_k = run.cfg.sample.top_k;
   so.top_p = run.cfg.sample.top_p;
   std::string samples_txt;
+  const std::optional<ChatTemplate> chat = sample_chat_template(run.cfg.sample.chat_template, run.cfg.data.path);
   for (size_t i = 0; i < run.cfg.sample.prompts.size(); ++i) {
-    sum.samples.push_back(generate_text(run.model, run.tok, run.cfg.sample.prompts[i], so, static_cast<uint64_t>(tc.seed) + i));
+    const std::string& prompt = run.cfg.sample.prompts[i];
+    const auto seed = static_cast<uint64_t>(tc.seed) + i;
+    sum.samples.push_back(chat ? generate_chat(run.model, run.tok, *chat, prompt, so, seed)
+                               : generate_text(run.model, run.tok, prompt, so, seed));
     samples_txt += "--- sample " + std::to_string(i + 1) + " ---\n" + sum.samples.back() + "\n";
   }
   write_file(tc.run_dir + "/samples.txt", samples_txt);
