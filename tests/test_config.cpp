@@ -148,7 +148,8 @@ TEST(Config, ReadmeReferenceIsCurrent) {
 }
 
 TEST(Config, ShippedConfigsLoad) {
-  for (const char* f : {"configs/tiny.toml"}) EXPECT_NO_THROW(load_config(test::source_path(f), {})) << f;
+  for (const char* f : {"configs/tiny.toml", "configs/finetune-tiny.toml"})
+    EXPECT_NO_THROW(load_config(test::source_path(f), {})) << f;
 }
 
 }  // namespace
