@@ -606,6 +606,26 @@ TEST(Prepare, InstructionRecordsStoreAMaskOverTheResponses) {
   EXPECT_EQ(targets, r.n_targets_train + r.n_targets_val);
   EXPECT_LT(targets, r.n_tokens_train + r.n_tokens_val);  // prompts are not targets
 
+  // The split follows the records' content, not their layout: another template holds out the
+  // same records.
+  auto held_out = [&](const std::string& dir, ChatTemplate t) {
+    std::map<std::vector<int>, size_t> index;
+    for (size_t i = 0; i < records.size(); ++i) index[tokenize_chat(render_chat(records[i], t), tok).ids] = i;
+    const TokenDataset d = TokenDataset::open(dir);
+    std::set<size_t> out;
+    const auto& t_ = d.tokens(Split::kVal);
+    const auto& off = d.doc_offsets(Split::kVal);
+    for (size_t k = 0; k + 1 < off.size(); ++k) out.insert(index.at(std::vector<int>(t_.begin() + off[k], t_.begin() + off[k + 1])));
+    return out;
+  };
+  const std::set<size_t> val_chatml = held_out(opt.out_dir, ChatTemplate::kChatML);
+  opt.chat_template = "llama2";
+  opt.out_dir = tmp.file("llama2");
+  prepare_dataset(opt);
+  EXPECT_EQ(held_out(opt.out_dir, ChatTemplate::kLlama2), val_chatml);
+  EXPECT_FALSE(val_chatml.empty());
+  opt.chat_template = "chatml";
+
   // Plain text beside the records: its documents count whole.
   opt.inputs = {file, s.extra_file};
   opt.out_dir = tmp.file("mixed");

@@ -133,8 +133,11 @@ void split_documents(std::string_view text, std::vector<std::string>* docs) {
 // A document: plain text (no pieces: all of it, and its EOS, are targets) or an instruction
 // record as its chat template lays it out (the pieces end with an EOS).
 struct Document {
-  std::string text;               // what decides the split and trains a tokenizer
+  std::string text;               // what trains a tokenizer (and decides the split of plain text)
   std::vector<ChatPiece> pieces;  // instruction records only
+  // Instruction records: what decides the split, the record's roles and contents, so a record
+  // is held out or trained on whichever template lays it out.
+  std::string split_key;
 };
 
 // ---- Train/validation split ----
@@ -149,7 +152,7 @@ double split_key(const std::string& doc, uint64_t seed) {
 std::vector<char> assign_splits(const std::vector<Document>& docs, double val_fraction,
                                 uint64_t seed) {
   std::vector<double> key(docs.size());
-  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { key[i] = split_key(docs[i].text, seed); });
+  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { key[i] = split_key(docs[i].pieces.empty() ? docs[i].text : docs[i].split_key, seed); });
   std::vector<char> is_val(docs.size());
   for (size_t i = 0; i < docs.size(); ++i) is_val[i] = key[i] < val_fraction;
   size_t n_val = static_cast<size_t>(std::count(is_val.begin(), is_val.end(), 1));
@@ -375,13 +378,14 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
         Document d;
         d.pieces = render_chat(r, chat);
         for (const ChatPiece& p : d.pieces) d.text += p.text;
+        for (const ChatMessage& m : r.messages) d.split_key += m.role + '\x1f' + m.content + '\x1e';
         docs.push_back(std::move(d));
       }
       report.instruct = true;
     } else {
       std::vector<std::string> texts;
       split_documents(read_file(f.string(), "input file"), &texts);
-      for (std::string& t : texts) docs.push_back(Document{std::move(t), {}});
+      for (std::string& t : texts) docs.push_back(Document{std::move(t), {}, {}});
     }
     report.sources.push_back(f.string());
   }
