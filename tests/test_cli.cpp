@@ -79,6 +79,13 @@ TEST_F(Cli, VocabulariesThatDisagreeAreRefusedUpFront) {
   auto tiny_t = test::run_bcdtrain("generate --run " + run + " --prompt A --max-new-tokens 4 --temperature 1e-300");
   EXPECT_EQ(tiny_t.exit_code, 0) << tiny_t.output;
   expect_exit2("eval --run " + run + " --batch-size 100000000", {"eval: a batch of 100000000 sequences", "--batch-size"});
+  // Another sequence length: within the model's max_seq_len (256), and a loss of its own.
+  expect_exit2("eval --run " + run + " --seq-len 257", {"sequences of 257 tokens", "max_seq_len 256", "--seq-len 256"});
+  auto e64 = test::run_bcdtrain("eval --run " + run + " --seq-len 64 --batches 2");
+  auto e128 = test::run_bcdtrain("eval --run " + run + " --batches 2");
+  ASSERT_EQ(e64.exit_code, 0) << e64.output;
+  ASSERT_EQ(e128.exit_code, 0) << e128.output;
+  EXPECT_NE(e64.output.substr(e64.output.find('{')), e128.output.substr(e128.output.find('{')));
 }
 
 // A thread count that would exhaust the machine is refused before any thread starts.

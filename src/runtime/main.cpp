@@ -318,6 +318,10 @@ int run(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   eval->add_option("--batch-size", eval_batch_size, "sequences per batch (default: the run's)")
       ->check(CLI::PositiveNumber);
+  int64_t eval_seq_len = 0;
+  eval->add_option("--seq-len", eval_seq_len,
+                   "tokens per sequence (default: the run's seq_len; an imported model's is a default, so give it)")
+      ->check(CLI::PositiveNumber);
 
   // iobench
   IoBenchOptions iopt;
@@ -489,17 +493,22 @@ int run(int argc, char** argv) {
       user_error("eval: {} has vocab_size {}, more than the model's {}", ds.dir(), ds.vocab_size(),
                  cfg.model.vocab_size);
     const int64_t bs = eval_batch_size > 0 ? eval_batch_size : cfg.train.batch_size;
+    const int64_t seq = eval_seq_len > 0 ? eval_seq_len : cfg.train.seq_len;
+    if (seq > cfg.model.max_seq_len)
+      user_error("eval: sequences of {} tokens{} are longer than the model's max_seq_len {}: give --seq-len {} or less", seq,
+                 eval_seq_len > 0 ? "" : " (the run's train.seq_len)", cfg.model.max_seq_len, cfg.model.max_seq_len);
     // Forward only: one layer's transients and the logits at a time (the planner's estimate).
     TrainConfig at_bs = cfg.train;
     at_bs.batch_size = bs;
+    at_bs.seq_len = seq;
     UnitShape top;
     top.first_layer = static_cast<int>(cfg.model.n_layers) - 1;
     const uint64_t need = estimate_activation_bytes(cfg.model, at_bs, top), avail = meminfo_bytes("MemAvailable");
     if (need > avail)
       user_error("eval: a batch of {} sequences of {} tokens needs about {} of activations, {} of memory is "
                  "available: give a smaller --batch-size",
-                 bs, cfg.train.seq_len, format_bytes(need), format_bytes(avail));
-    const double loss = evaluate_val_loss(model, ds, bs, cfg.train.seq_len, eval_batches);
+                 bs, seq, format_bytes(need), format_bytes(avail));
+    const double loss = evaluate_val_loss(model, ds, bs, seq, eval_batches);
     fmt::print("{{\"val_loss\": {:.6f}, \"perplexity\": {:.4f}, \"unigram_val_loss\": {:.6f}}}\n", loss,
                std::exp(loss), ds.unigram_val_loss());
   }
