@@ -22,6 +22,7 @@
 #include "base/bytes.h"
 #include "base/files.h"
 #include "base/error.h"
+#include "base/progress.h"
 
 namespace bcd {
 
@@ -170,9 +171,12 @@ struct SplitTokens {
 };
 
 SplitTokens encode_split(const Tokenizer& tok, const std::vector<const std::string*>& docs,
-                         int eos_id) {
+                         int eos_id, Progress& progress) {
   std::vector<std::vector<int>> ids(docs.size());
-  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { ids[i] = tok.encode(*docs[i]); });
+  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) {
+    ids[i] = tok.encode(*docs[i]);
+    progress.add();  // an atomic count, from tbb's threads
+  });
   SplitTokens out;
   out.doc_offsets.reserve(docs.size() + 1);
   out.doc_offsets.push_back(0);
@@ -336,10 +340,14 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   // Documents, in input order.
   PrepareReport report;
   std::vector<std::string> docs;
-  for (const fs::path& f : list_input_files(opt.inputs)) {
+  const std::vector<fs::path> files = list_input_files(opt.inputs);
+  Progress reading("reading inputs", files.size(), "files");
+  for (const fs::path& f : files) {
     split_documents(read_file(f.string(), "input file"), &docs);
     report.sources.push_back(f.string());
+    reading.add();
   }
+  reading.finish();
   if (docs.size() < 2) {
     user_error(
         "prepare: the inputs hold {} non-empty document(s), expected at least 2 "
@@ -356,6 +364,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
 
   // Tokenizer: trained on the train split only, so validation stays unseen.
   if (opt.tokenizer_model.empty()) {
+    Progress training(fmt::format("training the tokenizer (BPE, vocabulary {})", opt.vocab_size));
     std::vector<std::string> texts;
     texts.reserve(train_docs.size());
     for (const std::string* d : train_docs) texts.push_back(*d);
@@ -377,8 +386,10 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
         opt.tokenizer_model.empty() ? model_path.string() : opt.tokenizer_model);
   }
 
-  SplitTokens train = encode_split(tok, train_docs, tok.eos_id());
-  SplitTokens val = encode_split(tok, val_docs, tok.eos_id());
+  Progress encoding("tokenizing", docs.size(), "documents");
+  SplitTokens train = encode_split(tok, train_docs, tok.eos_id(), encoding);
+  SplitTokens val = encode_split(tok, val_docs, tok.eos_id(), encoding);
+  encoding.finish();
   const bool wide = vocab > 65536;
 
   report.n_docs_train = static_cast<int64_t>(train_docs.size());
@@ -402,6 +413,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     user_error("prepare: {}: {} free, the dataset needs about {} (No space left on device); nothing was written",
                opt.out_dir, format_bytes(static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize), format_bytes(need));
   quiet_hdf5();
+  Progress writing(std::string("writing ") + kTokensFile, need, "B");  // done at the commit below
   try {
     H5::H5File file(h5_path, H5F_ACC_EXCL);
     write_split(file, Split::kTrain, train, wide);
@@ -417,6 +429,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     write_attr(file, "sources", sources);
     write_attr(file, "unigram_val_loss", report.unigram_val_loss);
     file.close();
+    writing.set(need);
   } catch (const H5::Exception& e) {
     rethrow_hdf5(e, h5_path, "cannot write dataset file");
   }
