@@ -22,6 +22,7 @@
 #include "io/checkpoint.h"
 #include "io/dir_lock.h"
 #include "model/weights.h"
+#include "runtime/plots.h"
 #include "runtime/process_group.h"
 #include "runtime/sampler.h"
 #include "runtime/train_state.h"
@@ -462,6 +463,7 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   sum.tokens_per_s = static_cast<double>(run.tokens_per_step() * (sum.steps - run.first_step + 1)) / std::max(train_s, 1e-9);
   if (!sum.stopped_by_signal && run.is_root()) write_outputs(run, sum, t_start, say);
   sum.rss_peak_bytes = process_memory_bytes("VmHWM");  // after the outputs: the whole run's
+  if (run.cfg.train.plot && run.is_root()) draw_run_plots(run.cfg.train.run_dir, say);  // finished or stopped
 }
 
 }  // namespace
