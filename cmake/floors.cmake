@@ -6,7 +6,7 @@
 #   runtime   trainer, BCD scheduler, optimizer glue, distributed, CLI
 #   model     Llama family, HF formats, weights files      memory   tiers, slab pool, planner, stager
 #   io        io_uring engine, extent store, checkpoints, datasets, tokenizer    kernels   AdamW, copy streams
-#   base      errors, config structs and loading, byte sizes
+#   base      errors, config structs and loading, byte sizes, progress
 set(BCD_FLOORS base kernels io model memory runtime)
 set(BCD_FLOOR_base_USES "")
 set(BCD_FLOOR_kernels_USES base)

@@ -208,6 +208,29 @@ TEST_F(Checkpoints, SigkillDuringAWriteLeavesThePreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(path("sigkill-resumed") + "/checkpoints"));
 }
 
+// A resume reads the checkpoint's weights (a part per block) and optimizer state (a part per
+// unit) before the first step: in a log one line when it starts and one when it is done; with
+// --quiet nothing.
+TEST_F(Checkpoints, ResumeSaysItIsReadingTheCheckpoint) {
+  const std::string run = path("progress");
+  auto a = test::run_bcdtrain(args(run, " --train.steps=4 --train.checkpoint_every=4"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output.find("reading checkpoint"), std::string::npos) << a.output;
+  auto r = test::run_bcdtrain("train --resume " + run + " --train.steps=6");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string parts = std::to_string(kBlocks.size() + kUnits.size()) + " parts";
+  const size_t start = r.output.find("reading checkpoint step-00000004.h5: " + parts + " ...\n");
+  const size_t done = r.output.find("reading checkpoint step-00000004.h5: " + parts + " in ");
+  ASSERT_NE(start, std::string::npos) << r.output;
+  ASSERT_NE(done, std::string::npos) << r.output;
+  EXPECT_LT(start, done);
+  EXPECT_LT(done, r.output.find("step 5/6 |")) << "read before the first step";
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << "no redrawing in a pipe";
+  auto q = test::run_bcdtrain("train --quiet --resume " + run + " --train.steps=8");
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  EXPECT_EQ(q.output.find("reading checkpoint"), std::string::npos) << q.output;
+}
+
 // Two runs on one run directory would tear metrics.jsonl and mix checkpoints: the second is
 // refused, naming the first one's PID; once the first is gone the directory is free again.
 TEST_F(Checkpoints, ASecondRunOnTheSameDirectoryIsRefused) {

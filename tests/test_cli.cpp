@@ -139,6 +139,26 @@ TEST_F(Cli, UnknownFlagAndSubcommand) {
   expect_exit2("frobnicate", {"frobnicate"});
 }
 
+// In a pipe (a log) prepare says each phase when it starts and when it ends, as plain lines, in
+// the order they run; no terminal codes.
+TEST_F(Cli, PrepareSaysItsPhasesAsPlainLinesInAPipe) {
+  auto r = test::run_bcdtrain("prepare --input /usr/share/games/fortunes/science --out " + dir_->file("phases") +
+                              " --vocab-size 400");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("\033["), std::string::npos) << r.output;
+  size_t at = 0;
+  for (const char* line : {"\nreading inputs: 1 file ...\n", "\nreading inputs: 1 file in ",
+                           "\ntraining the tokenizer (BPE, vocabulary 400) ...\n",
+                           "\ntraining the tokenizer (BPE, vocabulary 400): done in ", "\ntokenizing: ", " documents ...\n",
+                           "\ntokenizing: ", " documents in ", "\nwriting tokens.h5: ", " ...\n", "\nwriting tokens.h5: ",
+                           " in ", "\nprepared "}) {
+    const size_t found = ("\n" + r.output).find(line, at);
+    ASSERT_NE(found, std::string::npos) << "'" << line << "' after offset " << at << " in:\n" << r.output;
+    at = found + std::string(line).size() - 1;
+  }
+}
+
 TEST_F(Cli, PrepareBadInputLeavesNothingBehind) {
   const std::string out = dir_->file("prep-out");
   expect_exit2("prepare --input " + dir_->file("missing.txt") + " --out " + out, {"missing.txt"});

@@ -270,6 +270,11 @@ TEST_F(HfCli, ImportThenExport) {
   auto r = test::run_bcdtrain("import --hf " + dir_.file("in") + " --out " + dir_.file("run/model.h5"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_has(r.output, {"imported", "llama", "bf16", "2 safetensors files", "copied tokenizer.model to " + dir_.file("run/tokenizer.model")});
+  // its phases, as plain lines in a pipe: reading the tensors (bytes), writing the weights file
+  expect_has(r.output, {"importing " + dir_.file("in") + ": ", " ...\n", "writing " + dir_.file("run/model.h5") + " ...\n",
+                        "writing " + dir_.file("run/model.h5") + ": done in "});
+  EXPECT_NE(r.output.find("/s)\nwriting "), std::string::npos) << "importing closes with its rate:\n" << r.output;
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
   // an existing output is replaced only with --force (as prepare)
   const std::string before = test::read_text(dir_.file("run/model.h5"));
   expect_exit2("import --hf " + dir_.file("in") + " --out " + dir_.file("run/model.h5"),

@@ -330,5 +330,41 @@ TEST_F(TrainerRun, OnATerminalTheStepLineIsRedrawnInPlace) {
   }
 }
 
+// train.plot: a run draws its own plots into <run_dir>/plots when it ends, and says where.
+TEST_F(TrainerRun, PlotTrueDrawsThePngsWhenTheRunEnds) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no gnuplot to draw with (scripts/setup.sh installs gnuplot-nox)";
+  const std::string run = run_dir("plot");
+  auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+                              " --model.n_layers=2 --train.steps=4 --train.val_every=2 --sample.prompts='[]'"
+                              " --train.plot=true --train.run_dir=" + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"loss_vs_step", "loss_vs_time", "tokens_per_s", "memory"}) {
+    const std::string png = run + "/plots/" + f + ".png";
+    ASSERT_TRUE(std::filesystem::exists(png)) << png << "\n" << r.output;
+    EXPECT_EQ(test::read_text(png).substr(0, 8), "\x89PNG\r\n\x1a\n") << png;
+    EXPECT_GT(std::filesystem::file_size(png), 1024u) << png;
+  }
+  EXPECT_NE(r.output.find("plots: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" in " + run + "/plots (loss_vs_step.png"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
+}
+
+// Without plot.sh (or gnuplot) the plots are a warning: the run itself went well.
+TEST_F(TrainerRun, PlotWithoutPlotScriptIsAWarning) {
+  const std::string run = run_dir("plot-missing");
+  auto r = test::run_shell("BCD_PLOT_SCRIPT=" + run_dir("no-such-plot.sh") + " " + BCD_BINARY + " train --config " +
+                           test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+                           " --model.n_layers=2 --train.steps=2 --sample.prompts='[]' --train.plot=true --quiet"
+                           " --train.run_dir=" + run);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("bcdtrain: warning: train.plot: scripts/plot.sh not found (looked at " +
+                          run_dir("no-such-plot.sh") + ")"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(run + "/plots"));
+  EXPECT_EQ(nlohmann::json::parse(test::read_text(run + "/summary.json"))["status"], "finished");
+}
+
 }  // namespace
 }  // namespace bcd

@@ -85,6 +85,7 @@ struct TrainConfig {
   std::string device = "cpu";     // compute device: cpu, cuda, auto (cuda when usable)
   double peak_tflops = 0;         // the device's peak TFLOP/s for MFU; 0 = known GPUs' data sheet
   bool save_model = true;         // write model.h5 and samples.txt at the end (false: measurements)
+  bool plot = false;              // draw <run_dir>/plots (scripts/plot.sh) when the run ends
 
   template <class V>
   void visit(V& v) {
@@ -108,6 +109,7 @@ struct TrainConfig {
     v("device", device, "compute device: \"cpu\", \"cuda\" (the compute tier is GPU memory; needs a CUDA build and device), or \"auto\" (cuda when usable)");
     v("save_model", save_model, "write <run_dir>/model.h5 and samples.txt when the run ends; false for measuring runs (a 7B model.h5 is 27 GB)");
     v("peak_tflops", peak_tflops, "the device's dense peak TFLOP/s in the working dtype, for the MFU in metrics.jsonl; 0 = from a table of known GPUs (none on the CPU)");
+    v("plot", plot, "when the run ends (finished or stopped by a signal), draw its PNGs into <run_dir>/plots with scripts/plot.sh (needs gnuplot; without it a warning)");
   }
 };
 

@@ -23,6 +23,7 @@
 #include "base/bytes.h"
 #include "base/files.h"
 #include "base/error.h"
+#include "base/progress.h"
 
 namespace bcd {
 
@@ -182,17 +183,19 @@ struct SplitTokens {
 };
 
 // `masked`: the dataset stores loss masks (some input was instruction data).
-SplitTokens encode_split(const Tokenizer& tok, const std::vector<const Document*>& docs, int eos_id, bool masked) {
+SplitTokens encode_split(const Tokenizer& tok, const std::vector<const Document*>& docs, int eos_id, bool masked,
+                         Progress& progress) {
   std::vector<MaskedTokens> enc(docs.size());
   tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) {
     const Document& d = *docs[i];
     if (!d.pieces.empty()) {
       enc[i] = tokenize_chat(d.pieces, tok);
-      return;
+    } else {
+      enc[i].ids = tok.encode(d.text);
+      enc[i].ids.push_back(eos_id);
+      if (masked) enc[i].target.assign(enc[i].ids.size(), 1);
     }
-    enc[i].ids = tok.encode(d.text);
-    enc[i].ids.push_back(eos_id);
-    if (masked) enc[i].target.assign(enc[i].ids.size(), 1);
+    progress.add();  // an atomic count, from tbb's threads
   });
   SplitTokens out;
   out.doc_offsets.reserve(docs.size() + 1);
@@ -372,7 +375,9 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   PrepareReport report;
   const ChatTemplate chat = chat_template_from_name(opt.chat_template);
   std::vector<Document> docs;
-  for (const fs::path& f : list_input_files(opt.inputs)) {
+  const std::vector<fs::path> files = list_input_files(opt.inputs);
+  Progress reading("reading inputs", files.size(), "files");
+  for (const fs::path& f : files) {
     if (f.extension() == ".jsonl") {
       for (const ChatRecord& r : read_chat_jsonl(f.string(), opt.skip_bad, &report.n_bad_records)) {
         Document d;
@@ -388,7 +393,9 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
       for (std::string& t : texts) docs.push_back(Document{std::move(t), {}, {}});
     }
     report.sources.push_back(f.string());
+    reading.add();
   }
+  reading.finish();
   if (docs.size() < 2) {
     user_error(
         "prepare: the inputs hold {} non-empty document(s), expected at least 2 "
@@ -405,6 +412,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
 
   // Tokenizer: trained on the train split only, so validation stays unseen.
   if (opt.tokenizer_model.empty()) {
+    Progress training(fmt::format("training the tokenizer (BPE, vocabulary {})", opt.vocab_size));
     std::vector<std::string> texts;
     texts.reserve(train_docs.size());
     for (const Document* d : train_docs) texts.push_back(d->text);
@@ -426,8 +434,10 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
         opt.tokenizer_model.empty() ? model_path.string() : opt.tokenizer_model);
   }
 
-  SplitTokens train = encode_split(tok, train_docs, tok.eos_id(), report.instruct);
-  SplitTokens val = encode_split(tok, val_docs, tok.eos_id(), report.instruct);
+  Progress encoding("tokenizing", docs.size(), "documents");
+  SplitTokens train = encode_split(tok, train_docs, tok.eos_id(), report.instruct, encoding);
+  SplitTokens val = encode_split(tok, val_docs, tok.eos_id(), report.instruct, encoding);
+  encoding.finish();
   const bool wide = vocab > 65536;
 
   report.n_docs_train = static_cast<int64_t>(train_docs.size());
@@ -453,6 +463,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     user_error("prepare: {}: {} free, the dataset needs about {} (No space left on device); nothing was written",
                opt.out_dir, format_bytes(static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize), format_bytes(need));
   quiet_hdf5();
+  Progress writing(std::string("writing ") + kTokensFile, need, "B");  // done at the commit below
   try {
     H5::H5File file(h5_path, H5F_ACC_EXCL);
     write_split(file, Split::kTrain, train, wide);
@@ -469,6 +480,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     write_attr(file, "unigram_val_loss", report.unigram_val_loss);
     if (report.instruct) write_attr(file, "chat_template", std::string(chat_template_name(chat)));
     file.close();
+    writing.set(need);
   } catch (const H5::Exception& e) {
     rethrow_hdf5(e, h5_path, "cannot write dataset file");
   }

@@ -18,6 +18,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/progress.h"
 
 namespace bcd {
 
@@ -171,12 +172,17 @@ HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
   // ---- Read, convert, write ----
   torch::NoGradGuard ng;
   std::map<st::Dtype, int64_t> elems_by_dtype;
+  uint64_t bytes = 0;
+  for (const Located& l : found) bytes += l.info->nbytes();
+  Progress reading("importing " + dir, bytes, "B");
   for (const Located& l : found) {
     std::vector<uint8_t> buf = l.file->read(*l.info);
     torch::Tensor src = torch::from_blob(buf.data(), l.info->shape, torch_dtype_of(l.info->dtype));
     model.block(l.want->block).param(l.want->slot).copy_(src);
     elems_by_dtype[l.info->dtype] += l.info->numel();
+    reading.add(l.info->nbytes());
   }
+  reading.finish();
 
   HfImportInfo info;
   int64_t best = -1;
@@ -251,8 +257,10 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
   } catch (const fs::filesystem_error& e) {
     user_error("{}: cannot create the output directory ({})", out, e.code().message());
   }
+  Progress writing("writing " + out);
   save_weights(model, out, config_to_toml(cfg),
                {{"hf_config_json", config_text}, {"hf_dtype", s.info.dtype}, {"hf_source", fs::absolute(dir).string()}});
+  writing.finish();
 
   const fs::path tok = fs::path(dir) / "tokenizer.model";
   if (fs::exists(tok)) {

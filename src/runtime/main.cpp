@@ -135,7 +135,8 @@ void check_resume_overrides(const std::string& ckpt, const Config& stored, const
       "bcd.include_embed", "bcd.include_head", "bcd.state_on_switch"};
   const std::set<std::string> harmless = {"train.run_dir", "train.val_every", "train.val_batches",
                                           "train.log_every", "train.threads", "train.checkpoint_every",
-                                          "train.keep_checkpoints", "train.device", "train.peak_tflops", "train.save_model", "model.init_from",
+                                          "train.keep_checkpoints", "train.device", "train.peak_tflops",
+                                          "train.save_model", "train.plot", "model.init_from",
                                           "model.init_std", "model.activation_checkpointing", "memory.",
                                           "sample.", "dist."};
   auto in = [](const std::set<std::string>& set, const std::string& key) {

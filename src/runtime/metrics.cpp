@@ -144,12 +144,4 @@ uint64_t process_memory_bytes(const char* key) {
   return 0;
 }
 
-std::string format_duration(double s) {
-  if (s < 0 || !std::isfinite(s)) return "?";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
-  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
 }  // namespace bcd

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "base/progress.h"  // format_duration
 #include "memory/stager.h"
 
 namespace bcd {
@@ -67,8 +68,5 @@ class MetricsLog {
 
 // VmHWM / VmRSS of this process (bytes; 0 when /proc is unreadable).
 uint64_t process_memory_bytes(const char* key);
-
-// "45s", "2m19s", "1h05m"; "?" for a negative or infinite time.
-std::string format_duration(double seconds);
 
 }  // namespace bcd

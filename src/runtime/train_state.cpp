@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/progress.h"
 #include "io/checkpoint.h"
 #include "runtime/run_setup.h"
 
@@ -144,11 +145,15 @@ int64_t read_train_state(RunSetup& run, const std::string& path) {
     user_error("{}: one rank's slice of the checkpoint {}: resume from that file, or from the run directory", path,
                ck.attr_str("/", "shard_of"));
   const int64_t step = ck.attr_int("/", "step");
+  // the weights of every block, then the optimizer state of every unit
+  Progress reading("reading checkpoint " + fs::path(path).filename().string(),
+                   run.model.blocks().size() + run.units.size(), "parts");
   for (Block& b : run.model.blocks()) {
     torch::Tensor t = torch::empty({b.numel()}, torch::kFloat32);
     ck.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(b.numel()));
     torch::NoGradGuard ng;
     b.data().copy_(t);
+    reading.add();
   }
   SchedulerState ss;
   ss.epoch = static_cast<uint64_t>(ck.attr_int("/scheduler", "epoch"));
@@ -231,9 +236,11 @@ int64_t read_train_state(RunSetup& run, const std::string& path) {
   };
   // Inactive units' images go to their homes first; the active one comes into the compute tier.
   for (int u = 0; u < static_cast<int>(run.units.size()); ++u)
-    if (u != active) read_unit(u);
+    if (u != active) read_unit(u), reading.add();
   opt.activate(static_cast<int>(active));
   read_unit(static_cast<int>(active));
+  reading.add();
+  reading.finish();
   return step;
 }
 

@@ -18,9 +18,11 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/progress.h"
 #include "io/checkpoint.h"
 #include "io/dir_lock.h"
 #include "model/weights.h"
+#include "runtime/plots.h"
 #include "runtime/process_group.h"
 #include "runtime/sampler.h"
 #include "runtime/train_state.h"
@@ -450,7 +452,9 @@ nlohmann::json run_summary(const char* status, const TrainSummary& sum, int64_t 
 // The run itself (run_training's work); `sum` is filled as it goes, so a failure still tells how
 // far it got.
 void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSummary& sum, Clock::time_point t_start) {
+  Progress setting_up("setting up the run");  // data, memory plan, model, optimizer state (a resume's from its checkpoint)
   RunSetup run(std::move(cfg), resume_from);
+  setting_up.finish();
   sum.steps = run.first_step - 1;
   Console console(quiet, run.is_root());
   const Say say = console.say();
@@ -471,11 +475,13 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   sum.tokens_per_s = static_cast<double>(run.tokens_per_step() * (sum.steps - run.first_step + 1)) / std::max(train_s, 1e-9);
   if (!sum.stopped_by_signal && run.is_root()) write_outputs(run, sum, t_start, say);
   sum.rss_peak_bytes = process_memory_bytes("VmHWM");  // after the outputs: the whole run's
+  if (run.cfg.train.plot && run.is_root()) draw_run_plots(run.cfg.train.run_dir, say);  // finished or stopped
 }
 
 }  // namespace
 
 TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from, bool overwrite) {
+  const ProgressScope progress(quiet || DistEnv::from_environment().rank != 0);  // set-up phases: rank 0's
   const std::unique_ptr<DirLock> lock = claim_run_dir(cfg, !resume_from.empty(), overwrite);  // rank 0's
   const std::string run_dir = cfg.train.run_dir;
   const int64_t total_steps = cfg.train.steps;

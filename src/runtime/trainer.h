@@ -35,7 +35,8 @@ struct TrainSummary {
 // to stdout unless quiet. Whichever way it ends once the run directory is claimed, it writes
 // <run_dir>/summary.json: status (finished, stopped by a signal, or failed with its error),
 // steps done of total_steps, final loss and validation loss, tokens/s, peak bytes per memory
-// pool, peak RSS, staging stall, wall time. `resume_from`: a checkpoint file to continue from, exactly.
+// pool, peak RSS, staging stall, wall time. With train.plot, a finished or stopped run draws its
+// plots into <run_dir>/plots (runtime/plots.h). `resume_from`: a checkpoint file to continue from, exactly.
 // The run directory is locked for the run (a second run on it is refused naming the holder's
 // PID), and a fresh run into a directory holding an earlier run's checkpoints is refused
 // unless `overwrite`, which deletes them first.
