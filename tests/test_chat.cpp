@@ -36,14 +36,7 @@ constexpr const char* kTwoTurnsJson =
     R"( {"role": "assistant", "content": "Hello! How can I help?"},)"
     R"( {"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]})";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
-}
+using test::error_of;
 
 ChatPiece text(std::string s, bool target) { return {ChatPiece::kText, std::move(s), target}; }
 ChatPiece bos() { return {ChatPiece::kBos, "", false}; }
