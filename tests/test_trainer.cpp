@@ -84,6 +84,23 @@ TEST(Trainer, LearningRateWarmupThenCosine) {
   for (int64_t s = 11; s < 110; ++s) EXPECT_LE(lr_at(t, s), lr_at(t, s - 1));
 }
 
+TEST(Trainer, VisitWarmupRampsTheFirstStepsOfEachVisit) {
+  BcdConfig b;
+  b.enabled = true;
+  b.switch_every = 5;
+  b.visit_warmup = 3;
+  EXPECT_DOUBLE_EQ(visit_lr_factor(b, 0), 0.25);
+  EXPECT_DOUBLE_EQ(visit_lr_factor(b, 1), 0.5);
+  EXPECT_DOUBLE_EQ(visit_lr_factor(b, 2), 0.75);
+  EXPECT_DOUBLE_EQ(visit_lr_factor(b, 3), 1.0);
+  EXPECT_DOUBLE_EQ(visit_lr_factor(b, 4), 1.0);
+  b.visit_warmup = 0;
+  EXPECT_DOUBLE_EQ(visit_lr_factor(b, 0), 1.0);
+  b.visit_warmup = 3;
+  b.enabled = false;  // full-parameter training has no visits
+  EXPECT_DOUBLE_EQ(visit_lr_factor(b, 0), 1.0);
+}
+
 TEST(Trainer, ClipScalesTheGlobalNorm) {
   ModelConfig cfg;
   cfg.vocab_size = 16;
@@ -195,6 +212,28 @@ TEST_F(TrainerRun, InstructionDataTrainsAndSamplesInItsTemplate) {
                                 " --sample.chat_template=vicuna --train.run_dir=" + run_dir("sums_bad"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("chat_template"), std::string::npos) << bad.output;
+}
+
+// The trainer applies the per-visit ramp on top of the schedule: metrics.jsonl's lr is the
+// schedule's times (i+1)/(W+1) on step i < W of each visit.
+TEST_F(TrainerRun, VisitWarmupScalesTheLoggedLr) {
+  const std::string run = run_dir("visit-warmup");
+  auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+                              " --train.steps=9 --train.warmup_steps=2 --train.batch_size=2 --train.seq_len=32"
+                              " --bcd.switch_every=3 --bcd.visit_warmup=2 --train.log_every=1 --train.save_model=false"
+                              " --train.val_batches=1 --train.run_dir=" + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto m = read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 9u);
+  TrainConfig t;
+  t.steps = 9, t.warmup_steps = 2, t.lr = 2e-3, t.min_lr_ratio = 0.1;  // configs/tiny.toml's
+  const double ramp[] = {1.0 / 3, 2.0 / 3, 1.0};
+  for (int i = 0; i < 9; ++i) EXPECT_NEAR(m[i]["lr"].get<double>(), lr_at(t, i) * ramp[i % 3], 1e-12) << "step " << i + 1;
+  // and it must fit in a visit
+  auto bad = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+                                " --bcd.switch_every=3 --bcd.visit_warmup=3 --train.run_dir=" + run_dir("visit-warmup-bad"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("visit_warmup"), std::string::npos) << bad.output;
 }
 
 TEST_F(TrainerRun, SameSeedSameLosses) {

@@ -313,6 +313,8 @@ void validate_config(const Config& c) {
     user_error("config: [bcd] layers_per_block must be 1 with blocks = \"attn_mlp\"");
   if (b.state_on_switch != "keep" && b.state_on_switch != "reset")
     user_error("config: [bcd] state_on_switch: expected keep or reset, got \"{}\"", b.state_on_switch);
+  if (b.visit_warmup < 0 || (b.enabled && b.visit_warmup >= b.switch_every))
+    user_error("config: [bcd] visit_warmup: expected 0 up to switch_every - 1 ({}), got {}", b.switch_every - 1, b.visit_warmup);
   // The AdamW kernels take the betas in fp32: 0.99999999 would round to 1 there.
   if (o.beta1 < 0 || static_cast<float>(o.beta1) >= 1)
     user_error("config: [optim] beta1 must be in [0, 1) in single precision, got {}", o.beta1);

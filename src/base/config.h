@@ -123,6 +123,7 @@ struct BcdConfig {
   bool include_embed = true;
   bool include_head = true;
   std::string state_on_switch = "keep";
+  int64_t visit_warmup = 0;       // LR warmup steps at the start of every visit; 0 = none
 
   template <class V>
   void visit(V& v) {
@@ -135,6 +136,7 @@ struct BcdConfig {
     v("include_embed", include_embed, "train the embedding as a block (else it stays frozen)");
     v("include_head", include_head, "train the head (final norm + LM head) as a block (else it stays frozen)");
     v("state_on_switch", state_on_switch, "Adam moments on switch: keep (persist between visits) or reset (dropped, as BAdam)");
+    v("visit_warmup", visit_warmup, "the first N steps of every visit ramp the LR linearly up to the schedule's (step i of a visit takes (i+1)/(N+1) of it), so a block's first updates from fresh or stale moments are small; 0 = off; fewer than switch_every");
   }
 };
 

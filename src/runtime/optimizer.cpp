@@ -18,6 +18,11 @@ double lr_at(const TrainConfig& t, int64_t step) {
   return min_lr + 0.5 * (t.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
+double visit_lr_factor(const BcdConfig& b, uint64_t step_in_visit) {
+  if (!b.enabled || step_in_visit >= static_cast<uint64_t>(b.visit_warmup)) return 1.0;
+  return static_cast<double>(step_in_visit + 1) / static_cast<double>(b.visit_warmup + 1);
+}
+
 namespace {
 
 // sum(g^2) in fp64, a chunk at a time (no fp64 copy of a whole gradient). fp32 accumulation over

@@ -18,6 +18,10 @@ namespace bcd {
 // `step` counts from 0 (the first update).
 double lr_at(const TrainConfig& t, int64_t step);
 
+// The factor on that LR at step `step_in_visit` (from 0) of a BCD visit: (i+1)/(W+1) for the
+// first W = visit_warmup steps, then 1; always 1 without BCD.
+double visit_lr_factor(const BcdConfig& b, uint64_t step_in_visit);
+
 // Global L2 norm of every trainable block's gradient; scales the gradients down to `max_norm`
 // when it is exceeded (max_norm <= 0: no clipping). Returns the norm before clipping as a 0-dim
 // fp64 tensor on the gradients' device: nothing here waits for the device, so a GPU step is

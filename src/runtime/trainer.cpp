@@ -230,7 +230,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     StepStats s;
     s.step = step;
     s.unit = run.sched.current();
-    s.lr = lr_at(tc, step - 1);
+    s.lr = lr_at(tc, step - 1) * visit_lr_factor(run.cfg.bcd, run.sched.step_in_visit());
     s.flops = run.step_flops();
     run.model.zero_grad();
     torch::Tensor loss_sum;  // on the device; read on the steps that need the figure (below)

@@ -5,7 +5,8 @@
 // response tokens only) by full AdamW, BCD keeping Adam moments, and BCD resetting them (BAdam).
 // Reported per method, over several rounds (seeds): the held-out loss on records fine-tuning
 // never saw (response tokens only), and forgetting: the change of the base domain's validation
-// loss. ratio = the better BCD method's median held-out loss / AdamW's. Last line: one JSON object.
+// loss, also per nat of held-out loss gained. ratio = the best BCD method's (by median) held-out
+// loss / AdamW's in the same round, median over rounds. Last line: one JSON object.
 //
 // Equal wall-clock: each method's seconds per step are measured over a short calibration run
 // covering every block, in rounds that alternate which method goes first (the median counts), and
@@ -15,7 +16,8 @@
 // Usage: bench_finetune [LIMA_JSONL]  (default ../shared/data/lima-900.jsonl beside the source)
 // Environment: BENCH_BUDGET_S (seconds per fine-tuning run, default 120), BENCH_ROUNDS (3),
 // BENCH_BASE_STEPS (pretraining steps of the base, default 500 = the demo), BENCH_LR (fine-tuning
-// peak LR, default 3e-4), BENCH_K (BCD steps per visit; default: four passes over the blocks).
+// peak LR, default 3e-4), BENCH_K (BCD steps per visit; default: four passes over the blocks),
+// BENCH_METHODS (which methods; see below: built-ins and variants with their own overrides).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "base/config.h"
 #include "base/files.h"
@@ -40,7 +43,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Method {
-  const char* name;
+  std::string name;
   std::vector<std::string> overrides;
 };
 
@@ -50,6 +53,14 @@ double val_loss_of(const std::string& weights, const TokenDataset& ds, const Con
   LlamaModel model(cfg.model, torch::kFloat32, std::nullopt);
   load_weights(model, weights);
   return evaluate_val_loss(model, ds, shape.train.batch_size, shape.train.seq_len, 1 << 30, nullptr);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t next; (next = s.find(sep, at)) != std::string::npos; at = next + 1) out.push_back(s.substr(at, next - at));
+  out.push_back(s.substr(at));
+  return out;
 }
 
 std::string spread(const std::vector<double>& v) {
@@ -120,14 +131,50 @@ int main(int argc, char** argv) {
              base_domain_before, heldout_before, ft_ds.unigram_val_loss());
   std::fflush(stdout);
 
-  const std::vector<Method> methods = {
+  // The methods: the three the issue compares, or BENCH_METHODS: `;`-separated entries, each a
+  // built-in name or NAME:OVERRIDE[,OVERRIDE...] (a variant with its own --section.key=value
+  // overrides, applied after the bench's own, so they win: --train.lr=1e-3, --bcd.switch_every=5).
+  // A variant is BCD unless its overrides turn BCD off.
+  const std::vector<Method> builtin = {
       {"adamw", {"--bcd.enabled=false"}},
       {"bcd_keep", {"--bcd.enabled=true", "--bcd.state_on_switch=keep"}},
       {"bcd_reset", {"--bcd.enabled=true", "--bcd.state_on_switch=reset"}},
   };
-  const int64_t n_units = shape.model.n_layers / shape.bcd.layers_per_block + 2;
+  std::vector<Method> methods;
+  const char* spec_env = std::getenv("BENCH_METHODS");
+  const std::string spec = spec_env && *spec_env ? spec_env : "adamw;bcd_keep;bcd_reset";
+  for (const std::string& entry : split(spec, ';')) {
+    if (entry.empty()) continue;
+    const auto colon = entry.find(':');
+    Method m{entry.substr(0, colon), {}};
+    if (colon == std::string::npos) {
+      auto it = std::find_if(builtin.begin(), builtin.end(), [&](const Method& b) { return b.name == m.name; });
+      if (it == builtin.end()) {
+        fmt::print(stderr, "bench finetune: BENCH_METHODS: unknown method '{}' (built-in: adamw, bcd_keep, bcd_reset; or NAME:--section.key=value,...)\n", m.name);
+        return 2;
+      }
+      m = *it;
+    } else {
+      for (const std::string& o : split(entry.substr(colon + 1), ',')) m.overrides.push_back(o);
+      if (std::none_of(m.overrides.begin(), m.overrides.end(), [](const std::string& o) { return o.rfind("--bcd.enabled=", 0) == 0; }))
+        m.overrides.insert(m.overrides.begin(), "--bcd.enabled=true");
+    }
+    methods.push_back(m);
+  }
+  auto config_of = [&](const Method& m, const std::vector<std::string>& bench_ov) {
+    std::vector<std::string> ov = bench_ov;
+    ov.insert(ov.end(), m.overrides.begin(), m.overrides.end());
+    return load_config(src + "/configs/tiny.toml", ov);
+  };
+  // Units (blocks a BCD pass visits) of a method's configuration.
+  auto n_units_of = [&](const Config& c) -> int64_t {
+    if (!c.bcd.enabled || c.bcd.blocks == "whole") return 1;
+    const int64_t layers = c.bcd.blocks == "attn_mlp" ? 2 * c.model.n_layers
+                                                      : (c.model.n_layers + c.bcd.layers_per_block - 1) / c.bcd.layers_per_block;
+    return layers + (c.bcd.include_embed ? 1 : 0) + (c.bcd.include_head ? 1 : 0);
+  };
   auto run = [&](const Method& m, int64_t steps, int64_t k, int64_t seed, bool final_run) {
-    std::vector<std::string> ov = m.overrides;
+    std::vector<std::string> ov;
     ov.push_back("--data.path=" + ft_data);
     ov.push_back("--model.init_from=" + base);
     ov.push_back("--train.run_dir=" + tmp + "/" + m.name);
@@ -141,15 +188,18 @@ int main(int argc, char** argv) {
     ov.push_back("--train.checkpoint_every=0");
     ov.push_back("--sample.prompts=[]");
     ov.push_back("--bcd.switch_every=" + std::to_string(k));
-    return run_training(load_config(src + "/configs/tiny.toml", ov), /*quiet=*/true, "", /*overwrite=*/true);
+    const Config c = config_of(m, ov);
+    return std::make_pair(run_training(c, /*quiet=*/true, "", /*overwrite=*/true), c);
   };
 
   // Calibration: seconds per step over two visits of every block (K = 2), rounds alternating.
   std::map<std::string, std::vector<double>> cal;
+  std::map<std::string, int64_t> units;
+  for (const Method& m : methods) units[m.name] = n_units_of(config_of(m, {}));
   for (int r = 0; r < 2; ++r) {
     for (size_t i = 0; i < methods.size(); ++i) {
       const Method& m = methods[r % 2 ? methods.size() - 1 - i : i];
-      const TrainSummary s = run(m, 2 * n_units, 2, 1, false);
+      const TrainSummary s = run(m, 2 * units[m.name], 2, 1, false).first;
       cal[m.name].push_back(static_cast<double>(shape.train.batch_size * shape.train.seq_len) / s.tokens_per_s);
     }
   }
@@ -167,42 +217,68 @@ int main(int argc, char** argv) {
                         {"heldout_loss_base", heldout_before}, {"unigram_heldout_loss", ft_ds.unigram_val_loss()}};
   std::map<std::string, std::vector<double>> heldout, forgetting, wall;
   std::map<std::string, int64_t> ks;
+  std::map<std::string, double> lrs;
+  std::map<std::string, bool> is_bcd;
   for (int r = 0; r < rounds; ++r) {
     for (size_t i = 0; i < methods.size(); ++i) {
       const Method& m = methods[r % 2 ? methods.size() - 1 - i : i];
-      // K: four passes over the blocks in the budget (BAdam's K = 50-100 is for runs of thousands of steps).
-      const int64_t k = env_int("BENCH_K", 0) > 0 ? env_int("BENCH_K", 0) : std::max<int64_t>(5, steps[m.name] / (4 * n_units));
-      ks[m.name] = k;
-      const TrainSummary s = run(m, steps[m.name], k, r + 1, true);
+      // K: four passes over the blocks in the budget (BAdam's K = 50-100 is for runs of thousands
+      // of steps), unless BENCH_K or the method sets it.
+      const int64_t k = env_int("BENCH_K", 0) > 0 ? env_int("BENCH_K", 0) : std::max<int64_t>(5, steps[m.name] / (4 * units[m.name]));
+      const auto [s, c] = run(m, steps[m.name], k, r + 1, true);
+      is_bcd[m.name] = c.bcd.enabled;
+      ks[m.name] = c.bcd.enabled ? c.bcd.switch_every : 0;
+      lrs[m.name] = c.train.lr;
       const double h = s.final_val_loss.value_or(NAN);
       const double f = val_loss_of(tmp + "/" + m.name + "/model.h5", base_ds, shape) - base_domain_before;
       heldout[m.name].push_back(h);
       forgetting[m.name].push_back(f);
       wall[m.name].push_back(s.wall_s);
-      fmt::print("round {} {}: {} steps (K {}), held-out {:.4f}, forgetting {:+.4f}, {:.0f} s\n", r + 1, m.name,
-                 steps[m.name], k, h, f, s.wall_s);
+      fmt::print("round {} {}: {} steps{}, lr {:g}, held-out {:.4f}, forgetting {:+.4f}, {:.0f} s\n", r + 1, m.name,
+                 steps[m.name], c.bcd.enabled ? fmt::format(" (K {})", ks[m.name]) : "", c.train.lr, h, f, s.wall_s);
       std::fflush(stdout);
     }
   }
-  fmt::print("\n| method | steps | K | held-out loss, median [min, max] | forgetting (demo-corpus val loss change) | wall s |\n"
-             "|---|---|---|---|---|---|\n");
+  // Forgetting per nat gained: forgetting / (the base's held-out loss - the method's), so methods
+  // that reach different held-out losses compare on what they pay for what they learn.
+  auto per_gain = [&](const std::string& name) {
+    std::vector<double> v;
+    for (size_t r = 0; r < heldout[name].size(); ++r) v.push_back(forgetting[name][r] / (heldout_before - heldout[name][r]));
+    return v;
+  };
+  fmt::print("\n| method | steps | K | lr | held-out loss, median [min, max] | forgetting (demo-corpus val loss change) | forgetting per nat gained | wall s |\n"
+             "|---|---|---|---|---|---|---|---|\n");
+  std::string best_bcd, best_full;
   for (const Method& m : methods) {
     const std::string name = m.name;
     out["methods"][name] = {{"steps", steps[name]},
-                            {"switch_every", name == "adamw" ? 0 : ks[name]},
+                            {"bcd", is_bcd[name]},
+                            {"switch_every", ks[name]},
+                            {"lr", lrs[name]},
+                            {"overrides", m.overrides},
                             {"s_per_step", median(cal[name])},
                             {"heldout_loss", heldout[name]},
                             {"heldout_loss_median", median(heldout[name])},
                             {"forgetting", forgetting[name]},
                             {"forgetting_median", median(forgetting[name])},
+                            {"forgetting_per_gain_median", median(per_gain(name))},
                             {"wall_s_median", median(wall[name])}};
-    fmt::print("| {} | {} | {} | {} | {} | {:.0f} |\n", name, steps[name], name == "adamw" ? std::string("-") : std::to_string(ks[name]),
-               spread(heldout[name]), spread(forgetting[name]), median(wall[name]));
+    fmt::print("| {} | {} | {} | {:g} | {} | {} | {:.3f} | {:.0f} |\n", name, steps[name],
+               is_bcd[name] ? std::to_string(ks[name]) : std::string("-"), lrs[name], spread(heldout[name]),
+               spread(forgetting[name]), median(per_gain(name)), median(wall[name]));
+    std::string& b = is_bcd[name] ? best_bcd : best_full;
+    if (b.empty() || median(heldout[name]) < median(heldout[b])) b = name;
   }
-  const double adamw = median(heldout["adamw"]);
-  const double best = std::min(median(heldout["bcd_keep"]), median(heldout["bcd_reset"]));
-  out["best_bcd"] = median(heldout["bcd_keep"]) <= median(heldout["bcd_reset"]) ? "bcd_keep" : "bcd_reset";
-  out["ratio"] = best / adamw;
+  // ratio: the best BCD method over the best full-parameter one (each by its median, so an LR
+  // grid compares each side at its best LR), paired by round (same seed), median over rounds.
+  if (!best_bcd.empty() && !best_full.empty()) {
+    std::vector<double> per_round;
+    for (int r = 0; r < rounds; ++r) per_round.push_back(heldout[best_bcd][r] / heldout[best_full][r]);
+    out["best_bcd"] = best_bcd;
+    out["best_full"] = best_full;
+    out["ratio_per_round"] = per_round;
+    out["ratio"] = median(per_round);
+  }
   fmt::print("{}\n", out.dump());
   return 0;
 }
