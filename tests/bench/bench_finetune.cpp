@@ -192,14 +192,18 @@ int main(int argc, char** argv) {
     return std::make_pair(run_training(c, /*quiet=*/true, "", /*overwrite=*/true), c);
   };
 
-  // Calibration: seconds per step over two visits of every block (K = 2), rounds alternating.
+  // Calibration: seconds per step over one pass of short visits (K = 2) of every block, rounds alternating.
   std::map<std::string, std::vector<double>> cal;
-  std::map<std::string, int64_t> units;
-  for (const Method& m : methods) units[m.name] = n_units_of(config_of(m, {}));
+  std::map<std::string, int64_t> units, cal_k;
+  for (const Method& m : methods) {
+    const Config c = config_of(m, {});
+    units[m.name] = n_units_of(c);
+    cal_k[m.name] = std::max<int64_t>(2, c.bcd.visit_warmup + 1);  // a visit holds its warmup
+  }
   for (int r = 0; r < 2; ++r) {
     for (size_t i = 0; i < methods.size(); ++i) {
       const Method& m = methods[r % 2 ? methods.size() - 1 - i : i];
-      const TrainSummary s = run(m, 2 * units[m.name], 2, 1, false).first;
+      const TrainSummary s = run(m, cal_k[m.name] * units[m.name], cal_k[m.name], 1, false).first;
       cal[m.name].push_back(static_cast<double>(shape.train.batch_size * shape.train.seq_len) / s.tokens_per_s);
     }
   }
