@@ -2,22 +2,25 @@
 // pretrained model. A base model (the tiny demo's shape) is pretrained on the demo corpus with
 // full AdamW, once (cached under the build directory); then, from that base and for the same
 // wall-clock budget, it is fine-tuned on LIMA instruction records (plain chat template, loss on
-// response tokens only) by full AdamW, BCD keeping Adam moments, and BCD resetting them (BAdam).
+// response tokens only) by full AdamW, BCD keeping Adam moments, BCD resetting them (BAdam), and
+// the variants below (LR, frozen embedding, per-visit warmup).
 // Reported per method, over several rounds (seeds): the held-out loss on records fine-tuning
 // never saw (response tokens only), and forgetting: the change of the base domain's validation
 // loss, also per nat of held-out loss gained. ratio = the best BCD method's (by median) held-out
-// loss / AdamW's in the same round, median over rounds. Last line: one JSON object.
+// loss / the best full-parameter method's in the same round, median over rounds. Last line: one
+// JSON object.
 //
 // Equal wall-clock: each method's seconds per step are measured over a short calibration run
-// covering every block, in rounds that alternate which method goes first (the median counts), and
-// its step count is set so the run fills the budget with a full cosine schedule. Rounds alternate
-// the method order too.
+// covering every block, relative to the reference method's in the same round (rounds alternate
+// which method goes first; the median ratio counts), and its step count is set so the run fills
+// the budget with a full cosine schedule. Rounds alternate the method order too.
 //
 // Usage: bench_finetune [LIMA_JSONL]  (default ../shared/data/lima-900.jsonl beside the source)
-// Environment: BENCH_BUDGET_S (seconds per fine-tuning run, default 120), BENCH_ROUNDS (3),
+// Environment: BENCH_BUDGET_S (seconds per fine-tuning run, default 60), BENCH_ROUNDS (3),
 // BENCH_BASE_STEPS (pretraining steps of the base, default 500 = the demo), BENCH_LR (fine-tuning
-// peak LR, default 3e-4), BENCH_K (BCD steps per visit; default: four passes over the blocks),
-// BENCH_METHODS (which methods; see below: built-ins and variants with their own overrides).
+// peak LR, default 1e-3: AdamW's best of 3e-4, 1e-3, 2e-3), BENCH_K (BCD steps per visit; default: four passes over the blocks),
+// BENCH_METHODS (which methods; see below: built-ins and variants with their own overrides),
+// BENCH_CAL_ROUNDS (calibration rounds, default 3).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -74,10 +77,10 @@ int main(int argc, char** argv) {
   const std::string src = BCD_SOURCE_DIR;
   const std::string lima = argc > 1 ? argv[1] : src + "/../shared/data/lima-900.jsonl";
   const std::string fortunes = src + "/data/fortunes";
-  const double budget_s = env_double("BENCH_BUDGET_S", 120);
+  const double budget_s = env_double("BENCH_BUDGET_S", 60);
   const int rounds = env_int("BENCH_ROUNDS", 3);
   const int base_steps = env_int("BENCH_BASE_STEPS", 500);
-  const double lr = env_double("BENCH_LR", 3e-4);
+  const double lr = env_double("BENCH_LR", 1e-3);
   const std::string cache = std::string(BCD_BUILD_DIR) + "/bench-finetune";
   const std::string tmp = fs::temp_directory_path().string() + "/bcd-bench-finetune";
   if (!fs::exists(lima)) {
@@ -131,18 +134,28 @@ int main(int argc, char** argv) {
              base_domain_before, heldout_before, ft_ds.unigram_val_loss());
   std::fflush(stdout);
 
-  // The methods: the three the issue compares, or BENCH_METHODS: `;`-separated entries, each a
-  // built-in name or NAME:OVERRIDE[,OVERRIDE...] (a variant with its own --section.key=value
-  // overrides, applied after the bench's own, so they win: --train.lr=1e-3, --bcd.switch_every=5).
-  // A variant is BCD unless its overrides turn BCD off.
+  // The methods. Built in: AdamW and BCD (moments kept, or reset as BAdam) at the fine-tuning LR,
+  // each side also at twice that LR (so each is compared at its better LR), and the BCD variants
+  // measured for what makes BCD reach AdamW: the embedding frozen (its visits cost a whole
+  // backward), a per-visit LR warmup at 2x LR. BENCH_METHODS picks them:
+  // `;`-separated entries, each a built-in name or NAME:OVERRIDE[,OVERRIDE...] (a variant with its
+  // own --section.key=value overrides, applied after the bench's own, so they win:
+  // --train.lr=1e-3, --bcd.switch_every=5). A variant is BCD unless its overrides turn BCD off.
+  const std::string lr2 = fmt::format("--train.lr={}", 2 * lr);
   const std::vector<Method> builtin = {
       {"adamw", {"--bcd.enabled=false"}},
+      {"adamw_2lr", {"--bcd.enabled=false", lr2}},
       {"bcd_keep", {"--bcd.enabled=true", "--bcd.state_on_switch=keep"}},
       {"bcd_reset", {"--bcd.enabled=true", "--bcd.state_on_switch=reset"}},
+      {"bcd_keep_2lr", {"--bcd.enabled=true", "--bcd.state_on_switch=keep", lr2}},
+      {"bcd_keep_noembed", {"--bcd.enabled=true", "--bcd.state_on_switch=keep", "--bcd.include_embed=false"}},
+      {"bcd_keep_2lr_vw4", {"--bcd.enabled=true", "--bcd.state_on_switch=keep", lr2, "--bcd.visit_warmup=4"}},
   };
   std::vector<Method> methods;
   const char* spec_env = std::getenv("BENCH_METHODS");
-  const std::string spec = spec_env && *spec_env ? spec_env : "adamw;bcd_keep;bcd_reset";
+  std::string spec = spec_env && *spec_env ? spec_env : "";
+  if (spec.empty())
+    for (const Method& m : builtin) spec += m.name + ";";
   for (const std::string& entry : split(spec, ';')) {
     if (entry.empty()) continue;
     const auto colon = entry.find(':');
@@ -150,7 +163,7 @@ int main(int argc, char** argv) {
     if (colon == std::string::npos) {
       auto it = std::find_if(builtin.begin(), builtin.end(), [&](const Method& b) { return b.name == m.name; });
       if (it == builtin.end()) {
-        fmt::print(stderr, "bench finetune: BENCH_METHODS: unknown method '{}' (built-in: adamw, bcd_keep, bcd_reset; or NAME:--section.key=value,...)\n", m.name);
+        fmt::print(stderr, "bench finetune: BENCH_METHODS: unknown method '{}' (see the built-ins in {}; or NAME:--section.key=value,...)\n", m.name, __FILE__);
         return 2;
       }
       m = *it;
@@ -192,25 +205,38 @@ int main(int argc, char** argv) {
     return std::make_pair(run_training(c, /*quiet=*/true, "", /*overwrite=*/true), c);
   };
 
-  // Calibration: seconds per step over one pass of short visits (K = 2) of every block, rounds alternating.
+  // Calibration: seconds per step over two passes of short visits (K = 2) of every block, in
+  // BENCH_CAL_ROUNDS rounds that alternate which method goes first. The machine's speed drifts
+  // (2x between minutes), so each method's cost is taken relative to the reference (the first
+  // full-parameter method) in the same round, the median of those ratios: a drift changes
+  // every method's budget alike, not one method's against another's.
   std::map<std::string, std::vector<double>> cal;
   std::map<std::string, int64_t> units, cal_k;
+  std::string ref;
   for (const Method& m : methods) {
     const Config c = config_of(m, {});
     units[m.name] = n_units_of(c);
     cal_k[m.name] = std::max<int64_t>(2, c.bcd.visit_warmup + 1);  // a visit holds its warmup
+    if (ref.empty() && !c.bcd.enabled) ref = m.name;
   }
-  for (int r = 0; r < 2; ++r) {
+  if (ref.empty()) ref = methods.front().name;
+  const int cal_rounds = env_int("BENCH_CAL_ROUNDS", 3);
+  for (int r = 0; r < cal_rounds; ++r) {
     for (size_t i = 0; i < methods.size(); ++i) {
       const Method& m = methods[r % 2 ? methods.size() - 1 - i : i];
-      const TrainSummary s = run(m, cal_k[m.name] * units[m.name], cal_k[m.name], 1, false).first;
+      const TrainSummary s = run(m, 2 * cal_k[m.name] * units[m.name], cal_k[m.name], 1, false).first;
       cal[m.name].push_back(static_cast<double>(shape.train.batch_size * shape.train.seq_len) / s.tokens_per_s);
     }
   }
   std::map<std::string, int64_t> steps;
+  std::map<std::string, double> cost;  // s/step relative to the reference, median of the rounds
   for (const Method& m : methods) {
-    steps[m.name] = std::max<int64_t>(20, static_cast<int64_t>(budget_s / median(cal[m.name])));
-    fmt::print("calibration {}: {:.3f} s/step -> {} steps\n", m.name, median(cal[m.name]), steps[m.name]);
+    std::vector<double> rel;
+    for (int r = 0; r < cal_rounds; ++r) rel.push_back(cal[m.name][r] / cal[ref][r]);
+    cost[m.name] = median(rel);
+    steps[m.name] = std::max<int64_t>(20, static_cast<int64_t>(budget_s / (median(cal[ref]) * cost[m.name])));
+    fmt::print("calibration {}: {:.3f} s/step, {:.3f} x {}'s -> {} steps\n", m.name, median(cal[m.name]), cost[m.name],
+               ref, steps[m.name]);
   }
   std::fflush(stdout);
 
@@ -261,6 +287,7 @@ int main(int argc, char** argv) {
                             {"lr", lrs[name]},
                             {"overrides", m.overrides},
                             {"s_per_step", median(cal[name])},
+                            {"cost_vs_reference", cost[name]},
                             {"heldout_loss", heldout[name]},
                             {"heldout_loss_median", median(heldout[name])},
                             {"forgetting", forgetting[name]},
