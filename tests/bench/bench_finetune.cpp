@@ -186,6 +186,8 @@ int main(int argc, char** argv) {
                                                       : (c.model.n_layers + c.bcd.layers_per_block - 1) / c.bcd.layers_per_block;
     return layers + (c.bcd.include_embed ? 1 : 0) + (c.bcd.include_head ? 1 : 0);
   };
+  // A calibration run forces K (after the method's overrides): a step's cost does not depend on
+  // K, but a method's own long K would keep a short calibration run on one block.
   auto run = [&](const Method& m, int64_t steps, int64_t k, int64_t seed, bool final_run) {
     std::vector<std::string> ov;
     ov.push_back("--data.path=" + ft_data);
@@ -201,7 +203,9 @@ int main(int argc, char** argv) {
     ov.push_back("--train.checkpoint_every=0");
     ov.push_back("--sample.prompts=[]");
     ov.push_back("--bcd.switch_every=" + std::to_string(k));
-    const Config c = config_of(m, ov);
+    Method forced = m;
+    if (!final_run) forced.overrides.push_back("--bcd.switch_every=" + std::to_string(k));
+    const Config c = config_of(forced, ov);
     return std::make_pair(run_training(c, /*quiet=*/true, "", /*overwrite=*/true), c);
   };
 
