@@ -35,6 +35,10 @@ class TrainerRun : public ::testing::Test {
   }
   static std::string data() { return dir_->file("data"); }
   static std::string run_dir(const std::string& name) { return dir_->file(name); }
+  // `bcdtrain train` on the demo config and the suite's corpus; a test adds its flags.
+  static std::string train_tiny() {
+    return "train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data();
+  }
   static test::TempDir* dir_;
 };
 test::TempDir* TrainerRun::dir_ = nullptr;
@@ -124,7 +128,7 @@ TEST(Trainer, ClipScalesTheGlobalNorm) {
 
 TEST_F(TrainerRun, TinyConfigLearnsIn30Steps) {
   const std::string run = run_dir("tiny30");
-  auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+  auto r = test::run_bcdtrain(train_tiny() +
                               " --train.steps=30 --train.warmup_steps=5 --train.val_every=15 --train.val_batches=4 --bcd.switch_every=10"
                               " --train.log_every=1 --sample.max_new_tokens=8 --train.run_dir=" + run);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -218,7 +222,7 @@ TEST_F(TrainerRun, InstructionDataTrainsAndSamplesInItsTemplate) {
 // schedule's times (i+1)/(W+1) on step i < W of each visit.
 TEST_F(TrainerRun, VisitWarmupScalesTheLoggedLr) {
   const std::string run = run_dir("visit-warmup");
-  auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+  auto r = test::run_bcdtrain(train_tiny() +
                               " --train.steps=9 --train.warmup_steps=2 --train.batch_size=2 --train.seq_len=32"
                               " --bcd.switch_every=3 --bcd.visit_warmup=2 --train.log_every=1 --train.save_model=false"
                               " --train.val_batches=1 --train.run_dir=" + run);
@@ -230,7 +234,7 @@ TEST_F(TrainerRun, VisitWarmupScalesTheLoggedLr) {
   const double ramp[] = {1.0 / 3, 2.0 / 3, 1.0};
   for (int i = 0; i < 9; ++i) EXPECT_NEAR(m[i]["lr"].get<double>(), lr_at(t, i) * ramp[i % 3], 1e-12) << "step " << i + 1;
   // and it must fit in a visit
-  auto bad = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+  auto bad = test::run_bcdtrain(train_tiny() +
                                 " --bcd.switch_every=3 --bcd.visit_warmup=3 --train.run_dir=" + run_dir("visit-warmup-bad"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("visit_warmup"), std::string::npos) << bad.output;
@@ -240,7 +244,7 @@ TEST_F(TrainerRun, SameSeedSameLosses) {
   std::vector<std::vector<nlohmann::json>> runs;
   for (const char* name : {"det_a", "det_b"}) {
     const std::string run = run_dir(name);
-    auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+    auto r = test::run_bcdtrain(train_tiny() +
                                 " --model.n_layers=2 --train.steps=4 --train.batch_size=4 --train.grad_accum=2"
                                 " --train.val_batches=1 --sample.prompts='[]' --quiet --train.run_dir=" + run);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -257,7 +261,7 @@ TEST_F(TrainerRun, SameSeedSameLosses) {
 // up stops at the next logged step, saying where it was first seen, with exit 2 and no model.h5.
 TEST_F(TrainerRun, DivergenceStopsAtTheNextLoggedStep) {
   const std::string run = run_dir("diverge");
-  auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+  auto r = test::run_bcdtrain(train_tiny() +
                               " --model.n_layers=2 --train.steps=12 --train.log_every=4 --train.warmup_steps=0"
                               " --train.lr=1e30 --train.grad_clip=0 --train.val_every=0 --sample.prompts='[]' --quiet"
                               " --train.run_dir=" + run);
@@ -279,7 +283,7 @@ TEST_F(TrainerRun, DivergenceStopsAtTheNextLoggedStep) {
 TEST_F(TrainerRun, ResumeAutoStartsContinuesAndLeavesAFinishedRunAlone) {
   namespace fs = std::filesystem;
   const std::string run = run_dir("auto");
-  const std::string cmd = "train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+  const std::string cmd = train_tiny() +
                           " --model.n_layers=2 --train.steps=30 --train.checkpoint_every=5 --train.log_every=1"
                           " --train.val_every=0 --sample.prompts='[]' --quiet --train.run_dir=" + run + " --resume auto";
   test::Background bg(cmd, run_dir("auto.log"));
@@ -341,7 +345,7 @@ TEST_F(TrainerRun, ResumeAutoStartsContinuesAndLeavesAFinishedRunAlone) {
 TEST_F(TrainerRun, OnATerminalTheStepLineIsRedrawnInPlace) {
   if (std::system("command -v script > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "no `script` (util-linux) to give the run a terminal";
-  const std::string args = "train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+  const std::string args = train_tiny() +
                            " --model.n_layers=2 --train.steps=6 --train.log_every=1 --train.val_every=3"
                            " --sample.prompts='[]' --train.run_dir=";
   auto tty = test::run_shell("script -qec \"" + std::string(BCD_BINARY) + " " + args + run_dir("tty") + "\" /dev/null");
@@ -374,7 +378,7 @@ TEST_F(TrainerRun, PlotTrueDrawsThePngsWhenTheRunEnds) {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "no gnuplot to draw with (scripts/setup.sh installs gnuplot-nox)";
   const std::string run = run_dir("plot");
-  auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+  auto r = test::run_bcdtrain(train_tiny() +
                               " --model.n_layers=2 --train.steps=4 --train.val_every=2 --sample.prompts='[]'"
                               " --train.plot=true --train.run_dir=" + run);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -392,8 +396,7 @@ TEST_F(TrainerRun, PlotTrueDrawsThePngsWhenTheRunEnds) {
 // Without plot.sh (or gnuplot) the plots are a warning: the run itself went well.
 TEST_F(TrainerRun, PlotWithoutPlotScriptIsAWarning) {
   const std::string run = run_dir("plot-missing");
-  auto r = test::run_shell("BCD_PLOT_SCRIPT=" + run_dir("no-such-plot.sh") + " " + BCD_BINARY + " train --config " +
-                           test::source_path("configs/tiny.toml") + " --data.path=" + data() +
+  auto r = test::run_shell("BCD_PLOT_SCRIPT=" + run_dir("no-such-plot.sh") + " " + BCD_BINARY + " " + train_tiny() +
                            " --model.n_layers=2 --train.steps=2 --sample.prompts='[]' --train.plot=true --quiet"
                            " --train.run_dir=" + run);
   EXPECT_EQ(r.exit_code, 0) << r.output;
