@@ -35,6 +35,7 @@
 #include "bench_util.h"
 #include "io/dataset.h"
 #include "model/weights.h"
+#include "runtime/bcd_scheduler.h"
 #include "runtime/trainer.h"
 
 using namespace bcd;
@@ -181,12 +182,10 @@ int main(int argc, char** argv) {
     ov.insert(ov.end(), m.overrides.begin(), m.overrides.end());
     return load_config(src + "/configs/tiny.toml", ov);
   };
-  // Units (blocks a BCD pass visits) of a method's configuration.
-  auto n_units_of = [&](const Config& c) -> int64_t {
-    if (!c.bcd.enabled || c.bcd.blocks == "whole") return 1;
-    const int64_t layers = c.bcd.blocks == "attn_mlp" ? 2 * c.model.n_layers
-                                                      : (c.model.n_layers + c.bcd.layers_per_block - 1) / c.bcd.layers_per_block;
-    return layers + (c.bcd.include_embed ? 1 : 0) + (c.bcd.include_head ? 1 : 0);
+  // Units (blocks a BCD pass visits) of a method's configuration: the trainer's own partition.
+  auto n_units_of = [&](Config c) -> int64_t {
+    c.model.vocab_size = ft_ds.vocab_size();
+    return static_cast<int64_t>(make_units(LlamaModel(c.model), c.bcd).size());
   };
   // A calibration run forces K (after the method's overrides): a step's cost does not depend on
   // K, but a method's own long K would keep a short calibration run on one block.
