@@ -17,6 +17,7 @@
 
 #include "io/chat.h"
 #include "io/dataset.h"
+#include "io/prepare.h"
 #include "io/loader.h"
 #include "io/tokenizer.h"
 #include "base/error.h"

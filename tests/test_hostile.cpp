@@ -20,6 +20,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "io/dataset.h"
+#include "io/prepare.h"
 #include "runtime/trainer.h"
 #include "test_util.h"
 

@@ -21,6 +21,7 @@
 #include "base/files.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
+#include "io/prepare.h"
 #include "io/iobench.h"
 #include "io/state_file.h"
 #include "io/tokenizer.h"

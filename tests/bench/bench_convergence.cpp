@@ -14,6 +14,7 @@
 
 #include "bench_util.h"
 #include "io/dataset.h"
+#include "io/prepare.h"
 #include "base/config.h"
 #include "runtime/trainer.h"
 

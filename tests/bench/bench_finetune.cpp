@@ -34,6 +34,7 @@
 #include "base/files.h"
 #include "bench_util.h"
 #include "io/dataset.h"
+#include "io/prepare.h"
 #include "model/weights.h"
 #include "runtime/bcd_scheduler.h"
 #include "runtime/trainer.h"
