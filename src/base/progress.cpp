@@ -50,6 +50,14 @@ size_t terminal_width(std::FILE* out) {
   return fd >= 0 && ::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? ws.ws_col - 1 : 0;
 }
 
+// "812", "21.5k", "3.41M", "1.20G": a count at a glance
+std::string format_count(double n) {
+  if (n < 1e4) return fmt::format("{:.0f}", n);
+  if (n < 1e6) return fmt::format("{:.1f}k", n / 1e3);
+  if (n < 1e9) return fmt::format("{:.2f}M", n / 1e6);
+  return fmt::format("{:.2f}G", n / 1e9);
+}
+
 }  // namespace
 
 ProgressOutput progress_output() {
@@ -73,7 +81,7 @@ namespace {
 double now_of(const ProgressOutput& o) { return o.clock ? o.clock() : steady_seconds(); }
 }  // namespace
 
-Progress::Progress(std::string phase, uint64_t total, std::string unit)
+Progress::Progress(std::string phase, uint64_t total, std::string unit, std::string also_unit)
     : phase_(std::move(phase)),
       unit_(std::move(unit)),
       total_(total),
@@ -81,7 +89,8 @@ Progress::Progress(std::string phase, uint64_t total, std::string unit)
       on_(!out_.quiet && out_.out != nullptr),
       tty_(on_ && is_terminal(out_)),
       exceptions_(std::uncaught_exceptions()),
-      t0_(now_of(out_)) {
+      t0_(now_of(out_)),
+      also_unit_(std::move(also_unit)) {
   if (!on_) return;
   outer_ = g_innermost.exchange(this);
   std::lock_guard<std::mutex> lock(mu_);
@@ -183,6 +192,11 @@ void Progress::report(bool closing) {
       line = total_ > 0 ? fmt::format("{}: {}% ({}, {}, ETA {})", phase_, pct, so_far, speed, eta)
              : counted  ? fmt::format("{}: {} so far ({}), {}", phase_, so_far, speed, format_elapsed(elapsed))
                         : fmt::format("{}: still running ({})", phase_, format_elapsed(elapsed));
+  }
+  if (!also_unit_.empty()) {
+    const auto also = static_cast<double>(also_.load(std::memory_order_relaxed));
+    line += fmt::format(" | {} {}, {} {}/s", format_count(also), also_unit_, format_count(elapsed > 0 ? also / elapsed : 0),
+                        also_unit_);
   }
   if (tty_) {
     const size_t width = closing ? 0 : terminal_width(out_.out);

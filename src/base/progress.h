@@ -58,7 +58,9 @@ class ProgressScope {
 // it got; each one's start and closing lines are printed.
 class Progress {
  public:
-  Progress(std::string phase, uint64_t total = 0, std::string unit = "");
+  // also_unit: a second count shown beside the first with its own rate, e.g. tokens beside bytes
+  // read: "tokenizing 45% 90 MiB/200 MiB | 12.3 MiB/s | ETA 9s | 21.5M tokens, 2.9M tokens/s".
+  Progress(std::string phase, uint64_t total = 0, std::string unit = "", std::string also_unit = "");
   // finish(), unless an exception is leaving the phase: then a live line is only ended, so the
   // error is printed on a line of its own and the phase does not claim to be done.
   ~Progress();
@@ -66,6 +68,8 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void add(uint64_t n = 1);  // n more done (thread-safe)
+  // The second count (also_unit), thread-safe.
+  void add_also(uint64_t n) { also_.fetch_add(n, std::memory_order_relaxed); }
   void set(uint64_t done);   // done so far (thread-safe)
   void finish();             // the closing line, once
 
@@ -85,6 +89,8 @@ class Progress {
   const double t0_;
   Progress* outer_ = nullptr;           // the phase this one started inside, if any
   std::atomic<uint64_t> done_{0};
+  const std::string also_unit_;
+  std::atomic<uint64_t> also_{0};
   std::atomic<double> next_report_{0};  // clock time of the next redraw (terminal) or line
   std::mutex mu_;                       // one report at a time
   bool live_ = false;                   // a redrawn line is on the terminal, not yet ended

@@ -1,20 +1,28 @@
-// Token datasets: text files -> documents -> train/val split -> token ids in <dir>/tokens.h5,
-// written through a temporary directory and a rename; and TokenDataset::open, which checks
-// everything the loader later relies on (offsets, id range) so bad files fail at startup.
+// `bcdtrain prepare`, streaming: inputs are read in blocks and cut into documents one at a time
+// (DocumentStream). A first pass hashes every document into its split and samples the
+// tokenizer's training sentences; a second tokenizes on every core through an ordered TBB
+// pipeline and appends tokens, document offsets and masks to raw files in the temporary output
+// directory, copied at the end into the contiguous datasets of tokens.h5 (whose sizes are known
+// only then) and renamed into place. Memory holds a bounded number of blocks, never the corpus.
 #include "io/prepare.h"
 
 #include <H5Cpp.h>
-#include <tbb/parallel_for.h>
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <sys/statvfs.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
-#include <sstream>
+#include <memory>
 #include <string_view>
 #include <system_error>
 
@@ -38,6 +46,11 @@ using h5::kTokensFile;
 using h5::quiet_hdf5;
 using h5::rethrow_hdf5;
 using h5::write_attr;
+
+constexpr size_t kReadBlock = size_t{1} << 20;       // bytes per read() of an input
+constexpr uint64_t kFortuneSniff = uint64_t{64} << 20;  // a "%" line this early: a fortune file
+constexpr size_t kWriteBuffer = size_t{1} << 20;     // per raw output file
+constexpr size_t kCopyBlock = size_t{8} << 20;       // raw file -> HDF5 dataset, per write
 
 // ---- Reading inputs ----
 
@@ -92,45 +105,118 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, e - b + 1);
 }
 
-// Lines of `text` as views, without their '\n'.
-std::vector<std::string_view> split_lines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    lines.push_back(text.substr(0, nl));
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-  }
-  return lines;
-}
-
 bool is_percent_line(std::string_view line) { return line == "%" || line == "%\r"; }
 
-// Documents of one file, trimmed, empty ones dropped. A line holding only "%" anywhere makes
-// it a fortune file (records between such lines); otherwise blank lines separate paragraphs.
-void split_documents(std::string_view text, std::vector<std::string>* docs) {
-  std::vector<std::string_view> lines = split_lines(text);
-  const bool fortune = std::any_of(lines.begin(), lines.end(), is_percent_line);
-  auto is_separator = [&](std::string_view line) {
-    return fortune ? is_percent_line(line) : trim(line).empty();
-  };
-  const char* begin = nullptr;  // start of the current document within `text`
-  const char* end = nullptr;    // end of its last line
-  auto flush = [&] {
-    if (begin) {
-      std::string_view doc = trim(std::string_view(begin, static_cast<size_t>(end - begin)));
-      if (!doc.empty()) docs->emplace_back(doc);
-    }
-    begin = end = nullptr;
-  };
-  for (std::string_view line : lines) {
-    if (is_separator(line)) {
-      flush();
-    } else {
-      if (!begin) begin = line.data();
-      end = line.data() + line.size();
+[[noreturn]] void io_error(const char* what, const std::string& path) {
+  user_error("prepare: cannot {} {}: {}", what, path, std::strerror(errno));
+}
+
+// A file's lines (without their '\n'), read in blocks. A line longer than max_line comes in
+// pieces of at most max_line bytes, cut at a UTF-8 character boundary; `whole` is false on every
+// piece but the line's last. The view stays valid until the next call.
+class LineReader {
+ public:
+  LineReader(std::string path, size_t max_line) : path_(std::move(path)), max_line_(max_line) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) io_error("open", path_);
+  }
+  ~LineReader() { ::close(fd_); }
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+
+  bool next(std::string_view* line, bool* whole) {
+    for (;;) {
+      // a '\n' at begin_ + max_line_ still ends a line of max_line_ bytes
+      const size_t limit = std::min(end_, begin_ + max_line_ + 1);
+      if (scan_ < limit) {
+        const void* nl = std::memchr(buf_.data() + scan_, '\n', limit - scan_);
+        if (nl) {
+          const auto at = static_cast<size_t>(static_cast<const char*>(nl) - buf_.data());
+          return hand_out(at - begin_, at + 1, true, line, whole);
+        }
+        scan_ = limit;
+      }
+      if (end_ - begin_ > max_line_) {  // no '\n' in the first max_line_ + 1 bytes: a piece
+        size_t cut = max_line_;
+        // 10xxxxxx is a UTF-8 continuation byte: step back to the start of the character
+        while (cut > 0 && (static_cast<unsigned char>(buf_[begin_ + cut]) & 0xC0) == 0x80) --cut;
+        if (cut == 0) cut = max_line_;  // not UTF-8 at all; any cut will do
+        return hand_out(cut, begin_ + cut, false, line, whole);
+      }
+      if (eof_) return begin_ < end_ && hand_out(end_ - begin_, end_, true, line, whole);
+      fill();
     }
   }
-  flush();
+  int64_t line_no() const { return line_no_; }  // 1-based, of the line last handed out
+  uint64_t bytes_read() const { return read_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  bool hand_out(size_t len, size_t next_begin, bool whole, std::string_view* line, bool* w) {
+    if (!continued_) ++line_no_;
+    *line = std::string_view(buf_.data() + begin_, len);
+    *w = whole;
+    continued_ = !whole;
+    begin_ = next_begin;
+    scan_ = std::max(scan_, begin_);  // [begin_, scan_) was searched: it holds no '\n'
+    return true;
+  }
+  void fill() {
+    if (begin_ > 0) {  // keep the unfinished line, at the front
+      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      scan_ -= begin_;
+      begin_ = 0;
+    }
+    if (buf_.size() < end_ + kReadBlock) buf_.resize(end_ + kReadBlock);
+    ssize_t n;
+    do n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) io_error("read", path_);
+    if (n == 0) eof_ = true;
+    end_ += static_cast<size_t>(n);
+    read_ += static_cast<uint64_t>(n);
+  }
+
+  std::string path_;
+  size_t max_line_;
+  int fd_ = -1;
+  std::vector<char> buf_;
+  size_t begin_ = 0, end_ = 0, scan_ = 0;  // unread bytes [begin_, end_); no '\n' in [begin_, scan_)
+  bool eof_ = false, continued_ = false;
+  int64_t line_no_ = 0;
+  uint64_t read_ = 0;
+};
+
+enum class Format { kParagraphs, kFortune, kTextJsonl, kChatJsonl };
+
+struct Input {
+  fs::path path;
+  Format format;
+  uint64_t bytes;
+};
+
+// A fortune file holds a line of only "%" within its first kFortuneSniff bytes. A .jsonl file
+// holds text records when its first record is an object with a "text" string and no "prompt"
+// or "messages"; otherwise it is instruction data (whose parser then names what is wrong).
+Format sniff_format(const fs::path& path) {
+  LineReader r(path.string(), kReadBlock);
+  std::string_view line;
+  bool whole = true;
+  if (path.extension() == ".jsonl") {
+    while (r.next(&line, &whole)) {
+      if (trim(line).empty()) continue;
+      if (!whole) return Format::kChatJsonl;
+      nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+      const bool text = j.is_object() && j.contains("text") && j["text"].is_string() && !j.contains("prompt") &&
+                        !j.contains("messages");
+      return text ? Format::kTextJsonl : Format::kChatJsonl;
+    }
+    return Format::kChatJsonl;
+  }
+  while (r.next(&line, &whole) && r.bytes_read() <= kFortuneSniff + kReadBlock)
+    if (whole && is_percent_line(line)) return Format::kFortune;
+  return Format::kParagraphs;
 }
 
 // A document: plain text (no pieces: all of it, and its EOS, are targets) or an instruction
@@ -143,126 +229,357 @@ struct Document {
   std::string split_key;
 };
 
+// The documents of the inputs, in order, one at a time. Text files: a fortune file's records
+// between "%" lines, another file's paragraphs between blank lines, each trimmed, empty ones
+// dropped. .jsonl files: a record a line (blank lines skipped). A text document that would grow
+// past max_doc bytes is cut before the line that would take it there (a line longer than that
+// comes in pieces of max_doc bytes), so no document is longer.
+class DocumentStream {
+ public:
+  DocumentStream(const std::vector<Input>& inputs, ChatTemplate chat, bool skip_bad, size_t max_doc)
+      : inputs_(inputs), chat_(chat), skip_bad_(skip_bad), max_doc_(max_doc) {}
+
+  bool next(Document* d) {
+    for (;;) {
+      if (!reader_) {
+        if (next_input_ == inputs_.size()) return false;
+        const Input& in = inputs_[next_input_++];
+        reader_ = std::make_unique<LineReader>(in.path.string(), max_doc_);
+        format_ = in.format;
+        cur_.clear();
+        started_ = continued_ = false;
+      }
+      const bool got = format_ == Format::kTextJsonl || format_ == Format::kChatJsonl ? next_record(d) : next_text(d);
+      if (got) return true;
+      done_bytes_ += reader_->bytes_read();
+      reader_.reset();
+    }
+  }
+  int64_t n_bad() const { return n_bad_; }
+  int64_t n_cut() const { return n_cut_; }  // cuts made in over-long documents
+  uint64_t bytes_read() const { return done_bytes_ + (reader_ ? reader_->bytes_read() : 0); }
+
+ private:
+  // The next text document of the current file; false at its end.
+  bool next_text(Document* d) {
+    const bool fortune = format_ == Format::kFortune;
+    std::string_view line;
+    bool whole = true;
+    while (reader_->next(&line, &whole)) {
+      const bool piece_of_long_line = continued_;
+      continued_ = !whole;
+      const bool separator = !piece_of_long_line && whole && (fortune ? is_percent_line(line) : trim(line).empty());
+      if (separator) {
+        if (take(d)) return true;
+        continue;
+      }
+      const bool newline = started_ && !piece_of_long_line;
+      if (started_ && cur_.size() + newline + line.size() > max_doc_) {  // cut before this line
+        ++n_cut_;
+        const bool got = take(d);
+        cur_.assign(line);
+        started_ = true;
+        if (got) return true;
+        continue;
+      }
+      if (newline) cur_ += '\n';
+      cur_.append(line);
+      started_ = true;
+    }
+    return take(d);
+  }
+  bool take(Document* d) {
+    std::string_view doc = trim(cur_);
+    const bool any = !doc.empty();
+    if (any) {
+      d->text.assign(doc);
+      d->pieces.clear();
+      d->split_key.clear();
+    }
+    cur_.clear();
+    started_ = false;
+    return any;
+  }
+
+  // The next record of the current .jsonl file; false at its end.
+  bool next_record(Document* d) {
+    std::string_view line;
+    bool whole = true;
+    while (reader_->next(&line, &whole)) {
+      if (!whole) {  // a record longer than a document may be
+        const int64_t line_no = reader_->line_no();
+        while (!whole && reader_->next(&line, &whole)) {
+        }
+        bad(fmt::format("{}:{}: a record of more than {} bytes; expected records below the memory limit's {} "
+                        "(raise --memory-mb)",
+                        reader_->path(), line_no, max_doc_, format_bytes(max_doc_)));
+        continue;
+      }
+      if (trim(line).empty()) continue;
+      try {
+        if (format_ == Format::kChatJsonl ? chat_record(line, d) : text_record(line, d)) return true;
+      } catch (const UserError& e) {
+        bad(e.what());
+      }
+    }
+    return false;
+  }
+  void bad(const std::string& what) {
+    if (!skip_bad_) throw UserError(what);
+    ++n_bad_;
+  }
+  bool chat_record(std::string_view line, Document* d) {
+    ChatRecord r = parse_chat_record(line, reader_->path(), reader_->line_no());
+    d->pieces = render_chat(r, chat_);
+    d->text.clear();
+    for (const ChatPiece& p : d->pieces) d->text += p.text;
+    d->split_key.clear();
+    for (const ChatMessage& m : r.messages) d->split_key += m.role + '\x1f' + m.content + '\x1e';
+    return true;
+  }
+  bool text_record(std::string_view line, Document* d) {
+    nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+    if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+      user_error("{}:{}: {}; expected a JSON object with a \"text\" string (the file's first record has one)",
+                 reader_->path(), reader_->line_no(),
+                 j.is_discarded() ? "not valid JSON" : j.is_object() ? "no \"text\" string" : "not a JSON object");
+    std::string_view text = trim(j["text"].get_ref<const std::string&>());
+    if (text.empty()) return false;
+    d->text.assign(text);
+    d->pieces.clear();
+    d->split_key.clear();
+    return true;
+  }
+
+  const std::vector<Input>& inputs_;
+  const ChatTemplate chat_;
+  const bool skip_bad_;
+  const size_t max_doc_;
+  size_t next_input_ = 0;
+  std::unique_ptr<LineReader> reader_;
+  Format format_ = Format::kParagraphs;
+  std::string cur_;                  // the text document being gathered
+  bool started_ = false;             // cur_ holds a line
+  bool continued_ = false;           // the last piece was not the end of its line
+  int64_t n_bad_ = 0, n_cut_ = 0;
+  uint64_t done_bytes_ = 0;          // of the inputs already finished
+};
+
 // ---- Train/validation split ----
 
 // Uniform in [0, 1) from the document text: the split depends on content only, so duplicates
 // land together and re-running prepare (or adding files) never moves a document across.
-double split_key(const std::string& doc, uint64_t seed) {
-  return static_cast<double>(XXH64(doc.data(), doc.size(), seed) >> 11) * 0x1.0p-53;
+double split_key(const Document& d, uint64_t seed) {
+  const std::string& s = d.pieces.empty() ? d.text : d.split_key;
+  return static_cast<double>(XXH64(s.data(), s.size(), seed) >> 11) * 0x1.0p-53;
 }
 
-// Sets is_val[i]; guarantees both splits non-empty by moving the extreme documents over.
-std::vector<char> assign_splits(const std::vector<Document>& docs, double val_fraction,
-                                uint64_t seed) {
-  std::vector<double> key(docs.size());
-  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) { key[i] = split_key(docs[i].pieces.empty() ? docs[i].text : docs[i].split_key, seed); });
-  std::vector<char> is_val(docs.size());
-  for (size_t i = 0; i < docs.size(); ++i) is_val[i] = key[i] < val_fraction;
-  size_t n_val = static_cast<size_t>(std::count(is_val.begin(), is_val.end(), 1));
-  if (n_val == 0) {
-    double lo = *std::min_element(key.begin(), key.end());
-    for (size_t i = 0; i < docs.size(); ++i) is_val[i] |= key[i] == lo;
-  } else if (n_val == docs.size()) {
-    double hi = *std::max_element(key.begin(), key.end());
-    for (size_t i = 0; i < docs.size(); ++i) is_val[i] &= key[i] != hi;
+// Validation takes the documents whose key is below the fraction; when that leaves a split
+// empty, the documents of the lowest key move to validation (or those of the highest to train).
+struct SplitRule {
+  double fraction = 0;
+  double to_val = -1, to_train = 2;  // keys moved across (none by default: keys are in [0, 1))
+  bool is_val(double key) const { return key == to_val || (key != to_train && key < fraction); }
+};
+
+// What the first pass learns: how many documents there are, where their keys fall.
+struct SplitCounts {
+  int64_t n = 0, n_val = 0, n_lo = 0, n_hi = 0;
+  double lo = 2, hi = -1;
+  void add(double key, double fraction) {
+    ++n;
+    n_val += key < fraction;
+    if (key < lo) lo = key, n_lo = 0;
+    if (key == lo) ++n_lo;
+    if (key > hi) hi = key, n_hi = 0;
+    if (key == hi) ++n_hi;
   }
-  n_val = static_cast<size_t>(std::count(is_val.begin(), is_val.end(), 1));
-  if (n_val == 0 || n_val == docs.size()) {
+};
+
+SplitRule split_rule(const SplitCounts& c, double fraction) {
+  if (c.n < 2) {
+    user_error(
+        "prepare: the inputs hold {} non-empty document(s), expected at least 2 "
+        "(one for train, one for validation)",
+        c.n);
+  }
+  SplitRule rule{fraction};
+  int64_t n_val = c.n_val;
+  if (n_val == 0) {
+    rule.to_val = c.lo;
+    n_val = c.n_lo;
+  } else if (n_val == c.n) {
+    rule.to_train = c.hi;
+    n_val = c.n - c.n_hi;
+  }
+  if (n_val == 0 || n_val == c.n) {
     user_error(
         "prepare: the {} documents are all identical, so they cannot be split into "
         "train and validation (expected at least 2 distinct documents)",
-        docs.size());
+        c.n);
   }
-  return is_val;
+  return rule;
 }
 
-// ---- Tokenizing ----
+// ---- Output ----
 
-struct SplitTokens {
-  std::vector<uint32_t> tokens;       // documents concatenated, each ended by EOS
-  std::vector<uint64_t> doc_offsets;  // [n_docs + 1]
-  std::vector<uint8_t> mask;          // per token, instruction data only (else empty)
+// An append-only raw file in the staging directory, written through a buffer.
+class AppendFile {
+ public:
+  explicit AppendFile(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) io_error("create", path_);
+    buf_.reserve(kWriteBuffer);
+  }
+  ~AppendFile() { ::close(fd_); }
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  void append(const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const size_t k = std::min(n, kWriteBuffer - buf_.size());
+      buf_.insert(buf_.end(), c, c + k);
+      c += k;
+      n -= k;
+      if (buf_.size() == kWriteBuffer) flush();
+    }
+  }
+  void flush() {
+    size_t off = 0;
+    while (off < buf_.size()) {
+      ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) io_error("write", path_);
+      off += static_cast<size_t>(n);
+    }
+    bytes_ += buf_.size();
+    buf_.clear();
+  }
+  uint64_t bytes() const { return bytes_ + buf_.size(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::vector<char> buf_;
+  uint64_t bytes_ = 0;
 };
 
-// `masked`: the dataset stores loss masks (some input was instruction data).
-SplitTokens encode_split(const Tokenizer& tok, const std::vector<const Document*>& docs, int eos_id, bool masked,
-                         Progress& progress) {
-  std::vector<MaskedTokens> enc(docs.size());
-  tbb::parallel_for(size_t{0}, docs.size(), [&](size_t i) {
-    const Document& d = *docs[i];
-    if (!d.pieces.empty()) {
-      enc[i] = tokenize_chat(d.pieces, tok);
-    } else {
-      enc[i].ids = tok.encode(d.text);
-      enc[i].ids.push_back(eos_id);
-      if (masked) enc[i].target.assign(enc[i].ids.size(), 1);
-    }
-    progress.add();  // an atomic count, from tbb's threads
-  });
-  SplitTokens out;
-  out.doc_offsets.reserve(docs.size() + 1);
-  out.doc_offsets.push_back(0);
-  size_t total = 0;
-  for (const MaskedTokens& e : enc) total += e.ids.size();
-  out.tokens.reserve(total);
-  if (masked) out.mask.reserve(total);
-  for (const MaskedTokens& e : enc) {
-    out.tokens.insert(out.tokens.end(), e.ids.begin(), e.ids.end());
-    if (masked) out.mask.insert(out.mask.end(), e.target.begin(), e.target.end());
-    out.doc_offsets.push_back(out.tokens.size());
+// One split on its way to disk: tokens (2 or 4 bytes each), document offsets, the loss mask of
+// instruction data, and the unigram counts of its targets.
+struct SplitOut {
+  SplitOut(const fs::path& dir, Split s, bool wide, bool masked, int vocab)
+      : tokens((dir / (std::string(split_name(s)) + ".tokens")).string()),
+        offsets((dir / (std::string(split_name(s)) + ".doc_offsets")).string()),
+        wide(wide),
+        counts(static_cast<size_t>(vocab)) {
+    if (masked) mask = std::make_unique<AppendFile>((dir / (std::string(split_name(s)) + ".loss_mask")).string());
+    const uint64_t zero = 0;
+    offsets.append(&zero, sizeof zero);
   }
-  return out;
-}
+  void add(const MaskedTokens& doc) {
+    if (wide) {
+      for (int id : doc.ids) {
+        const auto v = static_cast<uint32_t>(id);
+        tokens.append(&v, sizeof v);
+      }
+    } else {
+      narrow.assign(doc.ids.begin(), doc.ids.end());
+      tokens.append(narrow.data(), narrow.size() * sizeof(uint16_t));
+    }
+    if (mask) {
+      BCD_CHECK(doc.target.size() == doc.ids.size());
+      mask->append(doc.target.data(), doc.target.size());
+    }
+    for (size_t i = 0; i < doc.ids.size(); ++i) {
+      if (!mask || doc.target[i]) {
+        ++counts[static_cast<size_t>(doc.ids[i])];
+        ++targets;
+      }
+    }
+    n_tokens += doc.ids.size();
+    ++n_docs;
+    offsets.append(&n_tokens, sizeof n_tokens);
+  }
+  void flush() {
+    tokens.flush();
+    offsets.flush();
+    if (mask) mask->flush();
+  }
 
-int64_t count_targets(const SplitTokens& s) {
-  return s.mask.empty() ? static_cast<int64_t>(s.tokens.size()) : std::count(s.mask.begin(), s.mask.end(), uint8_t{1});
-}
+  AppendFile tokens, offsets;
+  std::unique_ptr<AppendFile> mask;
+  bool wide;
+  std::vector<uint16_t> narrow;
+  std::vector<uint64_t> counts;
+  uint64_t n_tokens = 0, n_docs = 0;
+  int64_t targets = 0;
+};
 
 // Add-one smoothed unigram fit on train, mean NLL (nats/token) on val: the loss a model that
 // learned only token frequencies would reach; a real run's val loss should get well below it.
 // Instruction data: over the targets the loss counts, on both sides.
-double unigram_loss(const SplitTokens& train, const SplitTokens& val, int vocab_size) {
-  std::vector<uint64_t> count_train(static_cast<size_t>(vocab_size)), count_val(count_train);
-  for (size_t i = 0; i < train.tokens.size(); ++i)
-    if (train.mask.empty() || train.mask[i]) ++count_train[train.tokens[i]];
-  for (size_t i = 0; i < val.tokens.size(); ++i)
-    if (val.mask.empty() || val.mask[i]) ++count_val[val.tokens[i]];
-  const auto n_train = static_cast<double>(count_targets(train));
-  const auto n_val = static_cast<double>(count_targets(val));
-  const double log_denom = std::log(n_train + vocab_size);
+double unigram_loss(const SplitOut& train, const SplitOut& val) {
+  const auto n_train = static_cast<double>(train.targets);
+  const auto n_val = static_cast<double>(val.targets);
+  const double log_denom = std::log(n_train + static_cast<double>(train.counts.size()));
   double nll = 0;
-  for (size_t t = 0; t < count_val.size(); ++t) {
-    if (count_val[t]) {
-      nll += static_cast<double>(count_val[t]) *
-             (log_denom - std::log(static_cast<double>(count_train[t]) + 1.0));
+  for (size_t t = 0; t < val.counts.size(); ++t) {
+    if (val.counts[t]) {
+      nll += static_cast<double>(val.counts[t]) *
+             (log_denom - std::log(static_cast<double>(train.counts[t]) + 1.0));
     }
   }
   return n_val == 0 ? 0.0 : nll / n_val;
 }
 
-// ---- HDF5 ----
+// Copies a raw file into a new contiguous 1-D dataset of `type` (elements of `elem` bytes, the
+// file's little-endian layout being the machine's), a block at a time, then deletes the file.
+void copy_into(H5::Group& g, const char* name, const H5::PredType& type, const H5::PredType& mem, size_t elem,
+               const std::string& raw) {
+  const uint64_t bytes = fs::file_size(raw);
+  hsize_t n = bytes / elem;
+  BCD_CHECK(n * elem == bytes && n > 0, "{}: {} bytes", raw, bytes);
+  H5::DataSet ds = g.createDataSet(name, type, H5::DataSpace(1, &n));
+  H5::DataSpace file_space = ds.getSpace();
+  int fd = ::open(raw.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_error("open", raw);
+  std::vector<char> buf(kCopyBlock - kCopyBlock % elem);
+  hsize_t at = 0;
+  try {
+    while (at < n) {
+      const hsize_t k = std::min<hsize_t>(n - at, buf.size() / elem);
+      size_t got = 0;
+      while (got < k * elem) {
+        ssize_t r = ::pread(fd, buf.data() + got, k * elem - got, static_cast<off_t>(at * elem + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) io_error("read", raw);
+        got += static_cast<size_t>(r);
+      }
+      file_space.selectHyperslab(H5S_SELECT_SET, &k, &at);
+      H5::DataSpace mem_space(1, &k);
+      ds.write(buf.data(), mem, mem_space, file_space);
+      at += k;
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  fs::remove(raw);
+}
 
-
-void write_split(H5::H5File& file, Split s, const SplitTokens& st, bool wide) {
+void write_split(H5::H5File& file, Split s, const SplitOut& out) {
   H5::Group g = file.createGroup(std::string("/") + split_name(s));
-  hsize_t n_tok = st.tokens.size(), n_off = st.doc_offsets.size();
   // every split holds >= 1 document and so >= 1 token (its EOS): no zero-size datasets
-  BCD_CHECK(n_tok > 0 && n_off > 1);
-  if (wide) {
-    g.createDataSet("tokens", H5::PredType::STD_U32LE, H5::DataSpace(1, &n_tok))
-        .write(st.tokens.data(), H5::PredType::NATIVE_UINT32);
-  } else {
-    std::vector<uint16_t> narrow(st.tokens.begin(), st.tokens.end());
-    g.createDataSet("tokens", H5::PredType::STD_U16LE, H5::DataSpace(1, &n_tok))
-        .write(narrow.data(), H5::PredType::NATIVE_UINT16);
-  }
-  g.createDataSet("doc_offsets", H5::PredType::STD_U64LE, H5::DataSpace(1, &n_off))
-      .write(st.doc_offsets.data(), H5::PredType::NATIVE_UINT64);
-  if (!st.mask.empty()) {
-    BCD_CHECK(st.mask.size() == st.tokens.size());
-    g.createDataSet("loss_mask", H5::PredType::STD_U8LE, H5::DataSpace(1, &n_tok))
-        .write(st.mask.data(), H5::PredType::NATIVE_UINT8);
-  }
+  BCD_CHECK(out.n_tokens > 0 && out.n_docs > 0);
+  if (out.wide)
+    copy_into(g, "tokens", H5::PredType::STD_U32LE, H5::PredType::NATIVE_UINT32, 4, out.tokens.path());
+  else
+    copy_into(g, "tokens", H5::PredType::STD_U16LE, H5::PredType::NATIVE_UINT16, 2, out.tokens.path());
+  copy_into(g, "doc_offsets", H5::PredType::STD_U64LE, H5::PredType::NATIVE_UINT64, 8, out.offsets.path());
+  if (out.mask) copy_into(g, "loss_mask", H5::PredType::STD_U8LE, H5::PredType::NATIVE_UINT8, 1, out.mask->path());
 }
 
 // ---- Atomic output directory ----
@@ -346,53 +663,62 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   if (opt.tokenizer_model.empty() && opt.vocab_size <= 0) {
     user_error("prepare: vocab_size is {}, expected a positive number", opt.vocab_size);
   }
-
-  // Documents, in input order.
-  PrepareReport report;
+  if (opt.memory_mb < 16) user_error("prepare: memory_mb is {}, expected at least 16 (MiB)", opt.memory_mb);
+  if (opt.threads < 0) user_error("prepare: threads is {}, expected 0 (every core) or more", opt.threads);
   const ChatTemplate chat = chat_template_from_name(opt.chat_template);
-  std::vector<Document> docs;
-  const std::vector<fs::path> files = list_input_files(opt.inputs);
-  Progress reading("reading inputs", files.size(), "files");
-  for (const fs::path& f : files) {
-    if (f.extension() == ".jsonl") {
-      for (const ChatRecord& r : read_chat_jsonl(f.string(), opt.skip_bad, &report.n_bad_records)) {
-        Document d;
-        d.pieces = render_chat(r, chat);
-        for (const ChatPiece& p : d.pieces) d.text += p.text;
-        for (const ChatMessage& m : r.messages) d.split_key += m.role + '\x1f' + m.content + '\x1e';
-        docs.push_back(std::move(d));
-      }
-      report.instruct = true;
-    } else {
-      std::vector<std::string> texts;
-      split_documents(read_file(f.string(), "input file"), &texts);
-      for (std::string& t : texts) docs.push_back(Document{std::move(t), {}, {}});
-    }
+
+  // Memory: up to `live` chunks of kChunk bytes of text are in the pipeline at once, each with
+  // its tokens (about as many bytes again) and at most one document of max_doc bytes over; the
+  // tokenizer's sample takes a quarter. Only the memory limit decides where documents are cut,
+  // so the dataset is the same on every machine.
+  const uint64_t memory = static_cast<uint64_t>(opt.memory_mb) << 20;
+  const size_t max_doc = memory / 64, chunk_bytes = memory / 64;
+  const int threads = opt.threads > 0 ? opt.threads : tbb::this_task_arena::max_concurrency();
+  const size_t live = static_cast<size_t>(std::clamp(2 * threads, 2, 8));
+
+  PrepareReport report;
+  std::vector<Input> inputs;
+  uint64_t total_bytes = 0;
+  for (const fs::path& f : list_input_files(opt.inputs)) {
+    const uint64_t bytes = fs::file_size(f, ec);
+    if (ec) user_error("prepare: cannot read input {}: {}", f.string(), ec.message());
+    inputs.push_back(Input{f, sniff_format(f), bytes});
+    total_bytes += bytes;
     report.sources.push_back(f.string());
-    reading.add();
+    report.instruct |= inputs.back().format == Format::kChatJsonl;
   }
-  reading.finish();
-  if (docs.size() < 2) {
-    user_error(
-        "prepare: the inputs hold {} non-empty document(s), expected at least 2 "
-        "(one for train, one for validation)",
-        docs.size());
+  report.bytes_read = total_bytes;
+
+  // Pass 1: every document's split key; the tokenizer's training sentences.
+  const bool train_tokenizer = opt.tokenizer_model.empty();
+  SentenceSample sample(memory / 4);
+  SplitCounts counts;
+  {
+    Progress splitting("splitting into train and validation", total_bytes, "B");
+    DocumentStream docs(inputs, chat, opt.skip_bad, max_doc);
+    Document d;
+    while (docs.next(&d)) {
+      const double key = split_key(d, opt.seed);
+      counts.add(key, opt.val_fraction);
+      if (train_tokenizer) sample.add(d.text, key);
+      splitting.set(docs.bytes_read());
+    }
+    report.n_bad_records = docs.n_bad();
+    report.n_docs_cut = docs.n_cut();
   }
-  std::vector<char> is_val = assign_splits(docs, opt.val_fraction, opt.seed);
-  std::vector<const Document*> train_docs, val_docs;
-  for (size_t i = 0; i < docs.size(); ++i) (is_val[i] ? val_docs : train_docs).push_back(&docs[i]);
+  const SplitRule rule = split_rule(counts, opt.val_fraction);
 
   fs::create_directories(out.parent_path().empty() ? fs::path(".") : out.parent_path(), ec);
   StagingDir staging(out);
   const fs::path model_path = staging.path() / kTokenizerFile;
 
   // Tokenizer: trained on the train split only, so validation stays unseen.
-  if (opt.tokenizer_model.empty()) {
-    Progress training(fmt::format("training the tokenizer (BPE, vocabulary {})", opt.vocab_size));
-    std::vector<std::string> texts;
-    texts.reserve(train_docs.size());
-    for (const Document* d : train_docs) texts.push_back(d->text);
-    Tokenizer::train_bpe(texts, opt.vocab_size, model_path.string());
+  if (train_tokenizer) {
+    std::vector<std::string> sentences = sample.take([&](double key) { return !rule.is_val(key); });
+    report.tokenizer_sentences = static_cast<int64_t>(sentences.size());
+    Progress training(fmt::format("training the tokenizer (BPE, vocabulary {}, {} sentences)", opt.vocab_size,
+                                  sentences.size()));
+    Tokenizer::train_bpe_sentences(sentences, opt.vocab_size, model_path.string());
   } else {
     Tokenizer::load(opt.tokenizer_model);  // validates before we copy it
     fs::copy_file(opt.tokenizer_model, model_path, ec);
@@ -401,64 +727,136 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
                  ec.message());
     }
   }
-  Tokenizer tok = Tokenizer::load(model_path.string());
+  const Tokenizer tok = Tokenizer::load(model_path.string());
   const int vocab = tok.vocab_size();
-  if (tok.eos_id() < 0) {
+  const int eos_id = tok.eos_id();
+  if (eos_id < 0) {
     user_error(
         "tokenizer {} has no end-of-sequence piece (expected eos_id >= 0; documents "
         "are separated by EOS)",
         opt.tokenizer_model.empty() ? model_path.string() : opt.tokenizer_model);
   }
-
-  Progress encoding("tokenizing", docs.size(), "documents");
-  SplitTokens train = encode_split(tok, train_docs, tok.eos_id(), report.instruct, encoding);
-  SplitTokens val = encode_split(tok, val_docs, tok.eos_id(), report.instruct, encoding);
-  encoding.finish();
   const bool wide = vocab > 65536;
+  const bool masked = report.instruct;
 
-  report.n_docs_train = static_cast<int64_t>(train_docs.size());
-  report.n_docs_val = static_cast<int64_t>(val_docs.size());
-  report.n_tokens_train = static_cast<int64_t>(train.tokens.size());
-  report.n_tokens_val = static_cast<int64_t>(val.tokens.size());
+  // Pass 2: read -> tokenize (every core) -> append, in input order.
+  SplitOut train(staging.path(), Split::kTrain, wide, masked, vocab);
+  SplitOut val(staging.path(), Split::kVal, wide, masked, vocab);
+  struct Chunk {
+    std::vector<Document> docs;
+    std::vector<char> is_val;
+    std::vector<MaskedTokens> enc;
+    uint64_t bytes_read = 0;  // of the inputs, when the chunk was complete
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Progress tokenizing("tokenizing", total_bytes, "B", "tokens");
+    DocumentStream docs(inputs, chat, /*skip_bad=*/true, max_doc);  // pass 1 refused what skip_bad does not allow
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      tbb::parallel_pipeline(
+          live,
+          tbb::make_filter<void, std::shared_ptr<Chunk>>(
+              tbb::filter_mode::serial_in_order,
+              [&](tbb::flow_control& fc) -> std::shared_ptr<Chunk> {
+                auto c = std::make_shared<Chunk>();
+                size_t bytes = 0;
+                Document d;
+                while (bytes < chunk_bytes && docs.next(&d)) {
+                  bytes += d.text.size();
+                  c->is_val.push_back(rule.is_val(split_key(d, opt.seed)));
+                  c->docs.push_back(std::move(d));
+                  d = Document();
+                }
+                if (c->docs.empty()) {
+                  fc.stop();
+                  return nullptr;
+                }
+                c->bytes_read = docs.bytes_read();
+                return c;
+              }) &
+              tbb::make_filter<std::shared_ptr<Chunk>, std::shared_ptr<Chunk>>(
+                  tbb::filter_mode::parallel,
+                  [&](std::shared_ptr<Chunk> c) {
+                    c->enc.resize(c->docs.size());
+                    tbb::parallel_for(size_t{0}, c->docs.size(), [&](size_t i) {
+                      Document& d = c->docs[i];
+                      MaskedTokens& e = c->enc[i];
+                      if (!d.pieces.empty()) {
+                        e = tokenize_chat(d.pieces, tok);
+                      } else {
+                        e.ids = tok.encode(d.text);
+                        e.ids.push_back(eos_id);
+                        if (masked) e.target.assign(e.ids.size(), 1);
+                      }
+                      d = Document();  // the text is no longer needed
+                    });
+                    return c;
+                  }) &
+              tbb::make_filter<std::shared_ptr<Chunk>, void>(
+                  tbb::filter_mode::serial_in_order, [&](std::shared_ptr<Chunk> c) {
+                    uint64_t n = 0;
+                    for (size_t i = 0; i < c->enc.size(); ++i) {
+                      (c->is_val[i] ? val : train).add(c->enc[i]);
+                      n += c->enc[i].ids.size();
+                    }
+                    tokenizing.add_also(n);
+                    tokenizing.set(c->bytes_read);
+                  }));
+    });
+    train.flush();
+    val.flush();
+  }
+  report.tokenize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  report.n_docs_train = static_cast<int64_t>(train.n_docs);
+  report.n_docs_val = static_cast<int64_t>(val.n_docs);
+  report.n_tokens_train = static_cast<int64_t>(train.n_tokens);
+  report.n_tokens_val = static_cast<int64_t>(val.n_tokens);
   report.vocab_size = vocab;
-  report.n_targets_train = count_targets(train);
-  report.n_targets_val = count_targets(val);
-  report.unigram_val_loss = unigram_loss(train, val, vocab);
+  report.n_targets_train = train.targets;
+  report.n_targets_val = val.targets;
+  report.unigram_val_loss = unigram_loss(train, val);
 
   std::string sources;
   for (const std::string& s : report.sources) sources += (sources.empty() ? "" : "\n") + s;
 
   const std::string h5_path = (staging.path() / kTokensFile).string();
   // A full file system is refused here, before HDF5 writes: a write failing inside HDF5 leaves
-  // a file it may crash on when closing. Contiguous datasets: payload plus a MiB for metadata.
-  const uint64_t need = (train.tokens.size() + val.tokens.size()) * (wide ? 4 : 2) + train.mask.size() + val.mask.size() +
-                        (train.doc_offsets.size() + val.doc_offsets.size()) * 8 + (uint64_t{1} << 20);
+  // a file it may crash on when closing. The raw files are deleted as they are copied, so the
+  // copy needs the largest of them at most, plus a MiB for metadata.
+  uint64_t need = 0;
+  for (const SplitOut* s : {&train, &val}) {
+    need = std::max({need, s->tokens.bytes(), s->offsets.bytes(), s->mask ? s->mask->bytes() : 0});
+  }
+  need += uint64_t{1} << 20;
   struct statvfs sv {};
   if (::statvfs(staging.path().c_str(), &sv) == 0 &&
       static_cast<uint64_t>(sv.f_bavail) * static_cast<uint64_t>(sv.f_frsize) < need)
-    user_error("prepare: {}: {} free, the dataset needs about {} (No space left on device); nothing was written",
+    user_error("prepare: {}: {} free, writing the dataset needs about {} more (No space left on device)",
                opt.out_dir, format_bytes(static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize), format_bytes(need));
   quiet_hdf5();
-  Progress writing(std::string("writing ") + kTokensFile, need, "B");  // done at the commit below
-  try {
-    H5::H5File file(h5_path, H5F_ACC_EXCL);
-    write_split(file, Split::kTrain, train, wide);
-    write_split(file, Split::kVal, val, wide);
-    write_attr(file, "format_version", kFormatVersion);
-    write_attr(file, "vocab_size", int64_t{vocab});
-    write_attr(file, "bos_id", int64_t{tok.bos_id()});
-    write_attr(file, "eos_id", int64_t{tok.eos_id()});
-    write_attr(file, "tokenizer", std::string(kTokenizerFile));
-    write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path.string(), "tokenizer model")));
-    write_attr(file, "val_fraction", opt.val_fraction);
-    write_attr(file, "seed", opt.seed);
-    write_attr(file, "sources", sources);
-    write_attr(file, "unigram_val_loss", report.unigram_val_loss);
-    if (report.instruct) write_attr(file, "chat_template", std::string(chat_template_name(chat)));
-    file.close();
-    writing.set(need);
-  } catch (const H5::Exception& e) {
-    rethrow_hdf5(e, h5_path, "cannot write dataset file");
+  {
+    Progress writing(std::string("writing ") + kTokensFile);
+    try {
+      H5::H5File file(h5_path, H5F_ACC_EXCL);
+      write_split(file, Split::kTrain, train);
+      write_split(file, Split::kVal, val);
+      write_attr(file, "format_version", kFormatVersion);
+      write_attr(file, "vocab_size", int64_t{vocab});
+      write_attr(file, "bos_id", int64_t{tok.bos_id()});
+      write_attr(file, "eos_id", int64_t{eos_id});
+      write_attr(file, "tokenizer", std::string(kTokenizerFile));
+      write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path.string(), "tokenizer model")));
+      write_attr(file, "val_fraction", opt.val_fraction);
+      write_attr(file, "seed", opt.seed);
+      write_attr(file, "sources", sources);
+      write_attr(file, "unigram_val_loss", report.unigram_val_loss);
+      if (report.instruct) write_attr(file, "chat_template", std::string(chat_template_name(chat)));
+      file.close();
+    } catch (const H5::Exception& e) {
+      rethrow_hdf5(e, h5_path, "cannot write dataset file");
+    }
   }
 
   staging.commit(opt.force);

@@ -7,6 +7,7 @@
 #include <sentencepiece_trainer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <new>
@@ -25,10 +26,6 @@ namespace fs = std::filesystem;
 // sentencepiece skips (with only a log line) training sentences longer than max_sentence_length;
 // we cut long lines into pieces of at most this many bytes instead, so nothing is lost.
 constexpr size_t kMaxSentenceBytes = 8192;
-// BPE training time and memory grow with the input; beyond this many sentences we take an
-// evenly strided subset (deterministic, unlike sentencepiece's own random sampling).
-constexpr size_t kMaxTrainSentences = 2'000'000;
-
 // Cuts `line` into pieces of at most kMaxSentenceBytes, preferring the last space before the
 // limit and never splitting a UTF-8 sequence.
 void append_chunks(std::string_view line, std::vector<std::string_view>* out) {
@@ -44,28 +41,6 @@ void append_chunks(std::string_view line, std::vector<std::string_view>* out) {
     line.remove_prefix(cut);
   }
   if (!line.empty()) out->push_back(line);
-}
-
-// Training sentences are lines (as with spm_train on a text file); blank lines are dropped.
-std::vector<std::string_view> split_sentences(const std::vector<std::string>& docs) {
-  std::vector<std::string_view> out;
-  for (const std::string& doc : docs) {
-    std::string_view rest(doc);
-    while (!rest.empty()) {
-      size_t nl = rest.find('\n');
-      std::string_view line = rest.substr(0, nl);
-      rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
-      if (line.find_first_not_of(" \t\r") != std::string_view::npos) append_chunks(line, &out);
-    }
-  }
-  if (out.size() > kMaxTrainSentences) {
-    std::vector<std::string_view> kept;
-    kept.reserve(kMaxTrainSentences);
-    for (size_t i = 0; i < kMaxTrainSentences; ++i)
-      kept.push_back(out[i * out.size() / kMaxTrainSentences]);
-    out.swap(kept);
-  }
-  return out;
 }
 
 // ---- Isolated sentencepiece ----
@@ -172,7 +147,7 @@ std::unique_ptr<SentencePieceProcessor> new_processor() {
 // record in the model, making it differ from run to run).
 class SentenceFeed : public sentencepiece::SentenceIterator {
  public:
-  explicit SentenceFeed(const std::vector<std::string_view>& s)
+  explicit SentenceFeed(const std::vector<std::string>& s)
       : sentences_(s), ok_source_(new_processor()) {
     load();
   }
@@ -190,7 +165,7 @@ class SentenceFeed : public sentencepiece::SentenceIterator {
   void load() {
     if (!done()) value_.assign(sentences_[index_]);
   }
-  const std::vector<std::string_view>& sentences_;
+  const std::vector<std::string>& sentences_;
   std::unique_ptr<SentencePieceProcessor> ok_source_;
   size_t index_ = 0;
   std::string value_;
@@ -220,10 +195,66 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   return t;
 }
 
+// ---- Sampling training sentences ----
+
+SentenceSample::SentenceSample(uint64_t max_bytes, size_t max_sentences)
+    : max_bytes_(max_bytes), max_sentences_(max_sentences) {}
+
+// Training sentences are lines (as with spm_train on a text file); blank lines are dropped.
+void SentenceSample::add(std::string_view doc, double tag) {
+  std::vector<std::string_view> pieces;
+  while (!doc.empty()) {
+    size_t nl = doc.find('\n');
+    std::string_view line = doc.substr(0, nl);
+    doc.remove_prefix(nl == std::string_view::npos ? doc.size() : nl + 1);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    pieces.clear();
+    append_chunks(line, &pieces);
+    for (std::string_view p : pieces) add_sentence(p, tag);
+  }
+}
+
+void SentenceSample::add_sentence(std::string_view s, double tag) {
+  constexpr uint64_t kEntryBytes = sizeof(Entry) + 16;  // the heap slot and the string's allocation
+  // splitmix64 of the position: a fixed pseudo-random order, the same on every run
+  uint64_t z = ++seen_ * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  kept_.push(Entry{z ^ (z >> 31), seen_, tag, std::string(s)});
+  bytes_ += s.size() + kEntryBytes;
+  while (!kept_.empty() && (kept_.size() > max_sentences_ || bytes_ > max_bytes_)) {
+    bytes_ -= kept_.top().text.size() + kEntryBytes;
+    kept_.pop();
+  }
+}
+
+std::vector<std::string> SentenceSample::take(const std::function<bool(double tag)>& keep) {
+  std::vector<Entry> all;
+  all.reserve(kept_.size());
+  while (!kept_.empty()) {
+    all.push_back(std::move(const_cast<Entry&>(kept_.top())));  // moved out, then popped
+    kept_.pop();
+  }
+  bytes_ = 0;
+  std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) { return a.index < b.index; });
+  std::vector<std::string> out;
+  out.reserve(all.size());
+  for (Entry& e : all)
+    if (!keep || keep(e.tag)) out.push_back(std::move(e.text));
+  return out;
+}
+
 // ---- Training ----
 
 void Tokenizer::train_bpe(const std::vector<std::string>& docs, int vocab_size,
                           const std::string& model_path) {
+  SentenceSample sample;
+  for (const std::string& d : docs) sample.add(d);
+  train_bpe_sentences(sample.take(), vocab_size, model_path);
+}
+
+void Tokenizer::train_bpe_sentences(const std::vector<std::string>& sentences, int vocab_size,
+                                    const std::string& model_path) {
   if (vocab_size < 260) {
     // 256 byte-fallback pieces + <unk>, <s>, </s> leave nothing to learn below this
     user_error(
@@ -231,7 +262,6 @@ void Tokenizer::train_bpe(const std::vector<std::string>& docs, int vocab_size,
         "at least 260: 256 byte pieces, 3 specials, plus the corpus characters)",
         vocab_size);
   }
-  std::vector<std::string_view> sentences = split_sentences(docs);
   if (sentences.empty()) {
     user_error("cannot train a tokenizer for {}: the documents hold no non-blank text", model_path);
   }
@@ -248,7 +278,7 @@ void Tokenizer::train_bpe(const std::vector<std::string>& docs, int vocab_size,
       {"split_digits", "true"},
       {"allow_whitespace_only_pieces", "true"},
       {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
-      {"input_sentence_size", "0"},  // we subsample ourselves (split_sentences)
+      {"input_sentence_size", "0"},  // we subsample ourselves (SentenceSample)
       {"shuffle_input_sentence", "false"},
       {"unk_id", "0"},
       {"bos_id", "1"},

@@ -272,8 +272,9 @@ int run(int argc, char** argv) {
   PrepareOptions popt;
   auto* prepare = app.add_subcommand("prepare", "tokenize text files into an HDF5 token dataset");
   prepare->add_option("--input", popt.inputs,
-                      "text files or directories (fortune files: one document per % record; .jsonl: instruction "
-                      "records {\"prompt\", \"response\"} or {\"messages\": [...]}, trained on responses only)")
+                      "text files or directories (fortune files: one document per % record; .jsonl: {\"text\"} "
+                      "records, or instruction records {\"prompt\", \"response\"} or {\"messages\": [...]}, "
+                      "trained on responses only)")
       ->required();
   prepare->add_option("--out", popt.out_dir, "output dataset directory")->required();
   prepare->add_option("--tokenizer", popt.tokenizer_model, "existing sentencepiece tokenizer.model (else train BPE)");
@@ -286,6 +287,10 @@ int run(int argc, char** argv) {
   prepare->add_option("--chat-template", popt.chat_template, "how .jsonl records are laid out: plain, llama2, llama3, chatml")
       ->capture_default_str();
   prepare->add_flag("--skip-bad", popt.skip_bad, "count and skip bad .jsonl records instead of stopping at the first");
+  prepare->add_option("--memory-mb", popt.memory_mb, "memory prepare may hold, whatever the corpus size (MiB)")
+      ->capture_default_str()->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
+  prepare->add_option("--threads", popt.threads, "tokenizing threads (0: every core)")
+      ->capture_default_str()->check(CLI::Range(0, 4096));
 
   // generate
   std::string run_dir;
@@ -436,6 +441,13 @@ int run(int argc, char** argv) {
       fmt::print("instruction data ({} template): the loss counts {} train / {} val tokens (responses){}\n",
                  popt.chat_template, r.n_targets_train, r.n_targets_val,
                  r.n_bad_records ? fmt::format("; {} bad record(s) skipped", r.n_bad_records) : "");
+    else if (r.n_bad_records)
+      fmt::print("{} bad record(s) skipped\n", r.n_bad_records);
+    if (r.n_docs_cut)
+      fmt::print("{} document(s) longer than {} cut into pieces (--memory-mb decides)\n", r.n_docs_cut,
+                 format_bytes(static_cast<uint64_t>(popt.memory_mb) << 14));
+    fmt::print("tokenized {} of text in {:.1f}s: {:.0f} tokens/s\n", format_bytes(r.bytes_read), r.tokenize_seconds,
+               static_cast<double>(r.n_tokens_train + r.n_tokens_val) / std::max(r.tokenize_seconds, 1e-9));
   } else if (generate->parsed()) {
     const TrainedModel m = trained_model("generate", run_dir, from_checkpoint);
     const Config& cfg = m.cfg;
