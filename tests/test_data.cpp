@@ -21,6 +21,7 @@
 #include "io/loader.h"
 #include "io/tokenizer.h"
 #include "base/error.h"
+#include "dataset_test_helpers.h"
 #include "test_util.h"
 
 namespace bcd {
@@ -131,8 +132,8 @@ const Shared& shared() {
 
 // Documents of a split as text, EOS removed (each must end with exactly one EOS).
 std::vector<std::string> decode_docs(const TokenDataset& ds, const Tokenizer& tok, Split s) {
-  const auto& t = ds.tokens(s);
-  const auto& off = ds.doc_offsets(s);
+  const std::vector<int32_t> t = ds.read_tokens(s);
+  const std::vector<uint64_t> off = ds.read_doc_offsets(s);
   std::vector<std::string> docs;
   for (size_t d = 0; d + 1 < off.size(); ++d) {
     EXPECT_LT(off[d], off[d + 1]);
@@ -227,10 +228,11 @@ TEST(Prepare, SplitsDocumentsDisjointlyAndReportsCounts) {
   EXPECT_EQ(ds.vocab_size(), 400);
   EXPECT_EQ(ds.eos_id(), tok.eos_id());
   EXPECT_EQ(ds.bos_id(), tok.bos_id());
-  EXPECT_EQ(r.n_docs_train, static_cast<int64_t>(ds.doc_offsets(Split::kTrain).size()) - 1);
-  EXPECT_EQ(r.n_docs_val, static_cast<int64_t>(ds.doc_offsets(Split::kVal).size()) - 1);
-  EXPECT_EQ(r.n_tokens_train, static_cast<int64_t>(ds.tokens(Split::kTrain).size()));
-  EXPECT_EQ(r.n_tokens_val, static_cast<int64_t>(ds.tokens(Split::kVal).size()));
+  EXPECT_EQ(r.n_docs_train, ds.n_docs(Split::kTrain));
+  EXPECT_EQ(r.n_docs_val, ds.n_docs(Split::kVal));
+  EXPECT_EQ(r.n_docs_train, static_cast<int64_t>(ds.read_doc_offsets(Split::kTrain).size()) - 1);
+  EXPECT_EQ(r.n_tokens_train, ds.n_tokens(Split::kTrain));
+  EXPECT_EQ(r.n_tokens_val, ds.n_tokens(Split::kVal));
   EXPECT_EQ(r.n_docs_train + r.n_docs_val, static_cast<int64_t>(s.expected_docs.size()));
   // 20% of 222 documents; a wide band since the split is by hash
   EXPECT_GT(r.n_docs_val, 20);
@@ -255,10 +257,10 @@ TEST(Prepare, SplitsDocumentsDisjointlyAndReportsCounts) {
 
   // Baseline loss against a recomputation from the stored tokens.
   std::vector<double> count(ds.vocab_size(), 0.0);
-  for (int32_t t : ds.tokens(Split::kTrain)) count[t] += 1;
-  double nll = 0, denom = static_cast<double>(ds.tokens(Split::kTrain).size()) + ds.vocab_size();
-  for (int32_t t : ds.tokens(Split::kVal)) nll -= std::log((count[t] + 1) / denom);
-  nll /= static_cast<double>(ds.tokens(Split::kVal).size());
+  for (int32_t t : ds.read_tokens(Split::kTrain)) count[t] += 1;
+  double nll = 0, denom = static_cast<double>(ds.n_tokens(Split::kTrain)) + ds.vocab_size();
+  for (int32_t t : ds.read_tokens(Split::kVal)) nll -= std::log((count[t] + 1) / denom);
+  nll /= static_cast<double>(ds.n_tokens(Split::kVal));
   EXPECT_NEAR(r.unigram_val_loss, nll, 1e-9);
   EXPECT_NEAR(ds.unigram_val_loss(), nll, 1e-9);
   EXPECT_GT(nll, 1.0);
@@ -315,9 +317,9 @@ TEST(Prepare, RefusesExistingOutDirUnlessForced) {
   // Same inputs, seed and tokenizer: the same dataset, byte for byte in the tokens.
   TokenDataset a = TokenDataset::open(s.out_dir), b = TokenDataset::open(out);
   EXPECT_EQ(r.n_docs_val, s.report.n_docs_val);
-  EXPECT_EQ(a.tokens(Split::kTrain), b.tokens(Split::kTrain));
-  EXPECT_EQ(a.tokens(Split::kVal), b.tokens(Split::kVal));
-  EXPECT_EQ(a.doc_offsets(Split::kVal), b.doc_offsets(Split::kVal));
+  EXPECT_EQ(a.read_tokens(Split::kTrain), b.read_tokens(Split::kTrain));
+  EXPECT_EQ(a.read_tokens(Split::kVal), b.read_tokens(Split::kVal));
+  EXPECT_EQ(a.read_doc_offsets(Split::kVal), b.read_doc_offsets(Split::kVal));
   EXPECT_TRUE(test::read_text(s.out_dir + "/tokenizer.model") ==
               test::read_text(out + "/tokenizer.model"));
 }
@@ -362,6 +364,8 @@ TEST(TokenDataset, GarbageOrMissingFileNamesIt) {
   EXPECT_NE(user_error_of([&] { TokenDataset::open(tmp.path()); }).find(file), std::string::npos);
 }
 
+// Faults of structure fail at open; a bad token id fails only when a read reaches it
+// (TokenDataset::BadIdsFailWhenRead).
 TEST(TokenDataset, RejectsInconsistentFiles) {
   const Shared& s = shared();
   struct Case {
@@ -375,7 +379,18 @@ TEST(TokenDataset, RejectsInconsistentFiles) {
   const std::vector<Case> cases = {
       {"wrong format_version", [&](H5::H5File& f) { set_i64(f, "format_version", 99); },
        "format_version"},
-      {"ids beyond vocab", [&](H5::H5File& f) { set_i64(f, "vocab_size", 10); }, "vocabulary"},
+      {"ids not uint16 or uint32",
+       [](H5::H5File& f) {
+         H5::Group g = f.openGroup("val");
+         H5::DataSet d = g.openDataSet("tokens");
+         hsize_t n = 0;
+         d.getSpace().getSimpleExtentDims(&n);
+         std::vector<int32_t> t(n);
+         d.read(t.data(), H5::PredType::NATIVE_INT32);
+         g.unlink("tokens");
+         g.createDataSet("tokens", H5::PredType::STD_I32LE, H5::DataSpace(1, &n)).write(t.data(), H5::PredType::NATIVE_INT32);
+       },
+       "/val/tokens holds 4-byte integers other than little-endian uint16 or uint32"},
       {"missing offsets", [](H5::H5File& f) { f.unlink("/val/doc_offsets"); }, "doc_offsets"},
       {"missing group", [](H5::H5File& f) { f.unlink("/train"); }, "/train"},
       {"missing attribute", [](H5::H5File& f) { f.removeAttr("eos_id"); }, "eos_id"},
@@ -403,6 +418,65 @@ TEST(TokenDataset, RejectsInconsistentFiles) {
     std::string msg = user_error_of([&] { TokenDataset::open(tmp.path()); });
     EXPECT_NE(msg.find(file), std::string::npos) << msg;
     EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+  }
+}
+
+// Ids are checked as they are read, so a bad one fails the read or the batch that reaches it,
+// named by file, split and position, and never the reads before it.
+TEST(TokenDataset, BadIdsFailWhenRead) {
+  const Shared& s = shared();
+  {
+    SCOPED_TRACE("vocab_size lowered below the ids");
+    TempDir tmp("bcd-ds");
+    const std::string file = tmp.file("tokens.h5");
+    fs::copy_file(s.out_dir + "/tokens.h5", file);
+    std::vector<int32_t> train;
+    {
+      H5::H5File f(file, H5F_ACC_RDWR);
+      const int64_t ten = 10;
+      f.openAttribute("vocab_size").write(H5::PredType::NATIVE_INT64, &ten);
+      H5::DataSet d = f.openDataSet("/train/tokens");
+      hsize_t n = 0;
+      d.getSpace().getSimpleExtentDims(&n);
+      train.resize(n);
+      d.read(train.data(), H5::PredType::NATIVE_INT32);
+    }
+    const auto first_bad = std::find_if(train.begin(), train.end(), [](int32_t t) { return t >= 10; });
+    ASSERT_NE(first_bad, train.end());
+    const TokenDataset ds = TokenDataset::open(tmp.path());
+    const std::string msg = user_error_of([&] { ds.read_tokens(Split::kTrain); });
+    EXPECT_NE(msg.find(file), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fmt::format("/train/tokens[{}] = {} is outside the vocabulary [0, 10)", first_bad - train.begin(),
+                                   *first_bad)),
+              std::string::npos)
+        << msg;
+  }
+  {
+    SCOPED_TRACE("one id past the vocabulary");
+    TempDir tmp("bcd-ds");
+    const std::string file = tmp.file("tokens.h5");
+    fs::copy_file(s.out_dir + "/tokens.h5", file);
+    test::poke(file, "/val/tokens", 40, 403);
+    const TokenDataset ds = TokenDataset::open(tmp.path());
+    const std::string expect = "/val/tokens[40] = 403 is outside the vocabulary [0, 400)";
+    EXPECT_EQ(ds.read_tokens(Split::kVal, 0, 40).size(), 40u);
+    EXPECT_EQ(ds.read_tokens(Split::kVal, 41, 100).size(), 100u);
+    std::string msg = user_error_of([&] { ds.read_tokens(Split::kVal, 30, 20); });
+    EXPECT_NE(msg.find(file), std::string::npos) << msg;
+    EXPECT_NE(msg.find(expect), std::string::npos) << msg;
+    // In order, B = 2, T = 16: the first batch holds tokens [0, 33), the second [32, 65).
+    for (bool prefetch : {false, true}) {
+      SCOPED_TRACE(fmt::format("prefetch {}", prefetch));
+      DataLoader dl(ds, Split::kVal, 2, 16, 1, /*shuffle=*/false, prefetch);
+      dl.next();
+      msg = user_error_of([&] { dl.next(); });
+      EXPECT_NE(msg.find(file), std::string::npos) << msg;
+      EXPECT_NE(msg.find(expect), std::string::npos) << msg;
+    }
+    DataLoader first(ds, Split::kVal, 2, 16, 1, /*shuffle=*/false);
+    first.restore({0, 2});
+    msg = user_error_of([&] { first.next(); });
+    EXPECT_NE(msg.find(expect), std::string::npos) << msg;
   }
 }
 
@@ -450,7 +524,7 @@ TEST(DataLoader, SameSeedSameBatchesOtherSeedDiffers) {
 // One epoch (B = 1) is a permutation of all W windows at one shift; the next epoch reorders.
 TEST(DataLoader, EpochVisitsEveryWindowOnce) {
   const TokenDataset& ds = shared_dataset();
-  const auto& tokens = ds.tokens(Split::kTrain);
+  const std::vector<int32_t> tokens = ds.read_tokens(Split::kTrain);
   const int64_t T = 32, n = static_cast<int64_t>(tokens.size());
   DataLoader dl(ds, Split::kTrain, 1, T, 3);
   const int64_t W = dl.windows_per_epoch();
@@ -516,7 +590,7 @@ INSTANTIATE_TEST_SUITE_P(PrefetchAndSkip, DataLoaderResume,
 
 TEST(DataLoader, ValidationIsInOrderAndCoversWindows) {
   const TokenDataset& ds = shared_dataset();
-  const auto& tokens = ds.tokens(Split::kVal);
+  const std::vector<int32_t> tokens = ds.read_tokens(Split::kVal);
   const int64_t B = 3, T = 16, n = static_cast<int64_t>(tokens.size());
   DataLoader dl(ds, Split::kVal, B, T, 5, /*shuffle=*/false);
   const int64_t W = dl.windows_per_epoch();
@@ -533,13 +607,13 @@ TEST(DataLoader, ValidationIsInOrderAndCoversWindows) {
 
 TEST(DataLoader, SplitShorterThanOneWindowNamesTheTokenCount) {
   const TokenDataset& ds = shared_dataset();
-  const auto n = static_cast<int64_t>(ds.tokens(Split::kVal).size());
+  const int64_t n = ds.n_tokens(Split::kVal);
   std::string msg = user_error_of([&] { DataLoader(ds, Split::kVal, 2, n, 1); });
   EXPECT_NE(msg.find(std::to_string(n)), std::string::npos) << msg;
   EXPECT_NE(msg.find("val"), std::string::npos) << msg;
   DataLoader ok(ds, Split::kVal, 2, n - 1, 1);  // exactly T + 1 tokens: one window
   EXPECT_EQ(ok.windows_per_epoch(), 1);
-  EXPECT_TRUE(row_is_window(ok.next().tokens, 1, ds.tokens(Split::kVal), 0));
+  EXPECT_TRUE(row_is_window(ok.next().tokens, 1, ds.read_tokens(Split::kVal), 0));
 }
 
 TEST(DataLoader, RestoreRejectsForeignState) {
@@ -589,9 +663,9 @@ TEST(Prepare, InstructionRecordsStoreAMaskOverTheResponses) {
   }
   int64_t targets = 0;
   for (Split sp : {Split::kTrain, Split::kVal}) {
-    const auto& t = ds.tokens(sp);
-    const auto& m = ds.loss_mask(sp);
-    const auto& off = ds.doc_offsets(sp);
+    const std::vector<int32_t> t = ds.read_tokens(sp);
+    const std::vector<uint8_t> m = ds.read_mask(sp);
+    const std::vector<uint64_t> off = ds.read_doc_offsets(sp);
     for (size_t d = 0; d + 1 < off.size(); ++d) {
       std::vector<int> ids(t.begin() + off[d], t.begin() + off[d + 1]);
       std::vector<uint8_t> mask(m.begin() + off[d], m.begin() + off[d + 1]);
@@ -614,8 +688,8 @@ TEST(Prepare, InstructionRecordsStoreAMaskOverTheResponses) {
     for (size_t i = 0; i < records.size(); ++i) index[tokenize_chat(render_chat(records[i], t), tok).ids] = i;
     const TokenDataset d = TokenDataset::open(dir);
     std::set<size_t> out;
-    const auto& t_ = d.tokens(Split::kVal);
-    const auto& off = d.doc_offsets(Split::kVal);
+    const std::vector<int32_t> t_ = d.read_tokens(Split::kVal);
+    const std::vector<uint64_t> off = d.read_doc_offsets(Split::kVal);
     for (size_t k = 0; k + 1 < off.size(); ++k) out.insert(index.at(std::vector<int>(t_.begin() + off[k], t_.begin() + off[k + 1])));
     return out;
   };
@@ -669,12 +743,13 @@ TEST(DataLoader, MaskedBatchesCarryTheirTargetsMaskAndTheGlobalCount) {
   TempDir tmp("bcd-mask");
   fs::copy_file(shared().out_dir + "/tokens.h5", tmp.file("tokens.h5"));
   const TokenDataset& plain = shared_dataset();
-  add_mask(tmp.file("tokens.h5"), "train", plain.tokens(Split::kTrain).size());
-  const std::vector<uint8_t> val_mask = add_mask(tmp.file("tokens.h5"), "val", plain.tokens(Split::kVal).size());
+  add_mask(tmp.file("tokens.h5"), "train", plain.n_tokens(Split::kTrain));
+  const std::vector<uint8_t> val_mask = add_mask(tmp.file("tokens.h5"), "val", plain.n_tokens(Split::kVal));
   const TokenDataset ds = TokenDataset::open(tmp.path());
   ASSERT_TRUE(ds.masked());
   EXPECT_FALSE(plain.masked());
-  EXPECT_EQ(ds.loss_mask(Split::kVal), val_mask);
+  EXPECT_EQ(ds.read_mask(Split::kVal), val_mask);
+  const std::vector<int32_t> val_tokens = ds.read_tokens(Split::kVal);
 
   // In order (no shuffle), rank r of 2 holds windows [2Bi + rB, 2Bi + rB + B) of step i.
   const int64_t B = 2, T = 16;
@@ -688,7 +763,7 @@ TEST(DataLoader, MaskedBatchesCarryTheirTargetsMaskAndTheGlobalCount) {
       ASSERT_EQ(b->mask.sizes(), (std::vector<int64_t>{B, T}));
       for (int64_t r = 0; r < B; ++r, ++k) {
         const int64_t start = k * T;
-        ASSERT_TRUE(row_is_window(b->tokens, r, ds.tokens(Split::kVal), start));
+        ASSERT_TRUE(row_is_window(b->tokens, r, val_tokens, start));
         for (int64_t t = 0; t < T; ++t)
           EXPECT_EQ(b->mask[r][t].item<float>(), val_mask[static_cast<size_t>(start + t + 1)]) << k << " " << t;
       }
@@ -706,7 +781,7 @@ TEST(DataLoader, MaskedBatchesCarryTheirTargetsMaskAndTheGlobalCount) {
 
 TEST(TokenDataset, RejectsBadLossMasks) {
   const TokenDataset& plain = shared_dataset();
-  const hsize_t n_train = plain.tokens(Split::kTrain).size(), n_val = plain.tokens(Split::kVal).size();
+  const auto n_train = static_cast<hsize_t>(plain.n_tokens(Split::kTrain)), n_val = static_cast<hsize_t>(plain.n_tokens(Split::kVal));
   struct Case {
     const char* name;
     std::function<void(const std::string&)> corrupt;
@@ -722,12 +797,6 @@ TEST(TokenDataset, RejectsBadLossMasks) {
       {"one split only", [&](const std::string& f) { add_mask(f, "train", n_train); }, "/val/loss_mask is missing"},
       {"wrong length", [&](const std::string& f) { add_mask(f, "train", n_train); write(f, "val", std::vector<uint8_t>(n_val - 1, 1)); },
        "one per token"},
-      {"not 0 or 1", [&](const std::string& f) {
-         add_mask(f, "train", n_train);
-         std::vector<uint8_t> m(n_val, 1);
-         m[3] = 2;
-         write(f, "val", m);
-       }, "loss_mask[3] = 2"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -739,6 +808,26 @@ TEST(TokenDataset, RejectsBadLossMasks) {
     EXPECT_NE(msg.find(file), std::string::npos) << msg;
     EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
   }
+
+  // A value other than 0 or 1 fails the read that reaches it, and the batch of every rank: a
+  // rank counts the targets of all ranks' windows.
+  SCOPED_TRACE("not 0 or 1");
+  TempDir tmp("bcd-mask");
+  const std::string file = tmp.file("tokens.h5");
+  fs::copy_file(shared().out_dir + "/tokens.h5", file);
+  add_mask(file, "train", n_train);
+  std::vector<uint8_t> m(n_val, 1);
+  m[3] = 2;
+  write(file, "val", m);
+  const TokenDataset ds = TokenDataset::open(tmp.path());
+  uint8_t head[3];
+  ds.read_mask(Split::kVal, 0, 3, head);
+  std::string msg = user_error_of([&] { ds.read_mask(Split::kVal); });
+  EXPECT_NE(msg.find(file), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/val/loss_mask[3] = 2, expected 0 or 1"), std::string::npos) << msg;
+  DataLoader rank1(ds, Split::kVal, 1, 16, 1, /*shuffle=*/false, /*prefetch=*/true, 1, 2);  // window 0 is rank 0's
+  msg = user_error_of([&] { rank1.next(); });
+  EXPECT_NE(msg.find("/val/loss_mask[3] = 2"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -1,13 +1,19 @@
 // Tests of the reading side on synthetic token files (dataset_test_helpers.h): the DataLoader's
-// batch sequence against golden hashes of the in-memory loader.
+// batch sequence against golden hashes of the in-memory loader it replaced, and TokenDataset's
+// windowed reads (ranges, widths, layouts, threads).
 #include <gtest/gtest.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/dataset.h"
@@ -57,7 +63,7 @@ struct GoldenCase {
   int rank, world;
   std::optional<LoaderState> from;  // restore() to this state first
   int batches;
-  uint64_t hash;  // of the batches the in-memory loader gives
+  uint64_t hash;  // of the batches the in-memory loader (before windows were read on demand) gave
 };
 
 // XXH64 over every batch's int64 token bytes, then (masked) its float mask bytes and its divisor.
@@ -105,6 +111,199 @@ TEST(DataLoader, BatchesMatchTheInMemoryLoader) {
       EXPECT_EQ(h, c.hash) << fmt::format("\"{}\": 0x{:016x}", c.name, h);
     }
   }
+}
+
+// ---- TokenDataset reads ----
+
+template <class F>
+std::string user_error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UserError";
+  return {};
+}
+
+// (start, count) of `n` windows spread over a split of `len` tokens: short ones (a batch row),
+// long ones crossing the reader's staging size, both ends of the split, empty ones.
+std::vector<std::pair<int64_t, int64_t>> some_windows(int64_t len, int n) {
+  std::vector<std::pair<int64_t, int64_t>> w = {{0, len}, {0, 1}, {len - 1, 1}, {len, 0}, {0, 0}, {len - 18, 18}};
+  for (int i = 0; static_cast<int>(w.size()) < n; ++i) {
+    const int64_t count = i % 10 == 0 ? std::min<int64_t>(len, 9000 + i) : 1 + (i * 37) % 300;
+    const int64_t start = (static_cast<int64_t>(i) * 7919 * 13) % (len - count + 1);
+    w.emplace_back(start, count);
+  }
+  return w;
+}
+
+// Many threads reading windows of one dataset (and of copies sharing its file) at once get what
+// one thread gets, and both equal the ids and mask values the file was written with.
+TEST(TokenDataset, WindowsReadInManyThreadsEqualTheSingleThreadedRead) {
+  const TokenDataset ds = TokenDataset::open(golden_files().masked);
+  ASSERT_TRUE(ds.masked());
+  EXPECT_EQ(ds.token_bytes(), 2);
+  EXPECT_EQ(ds.file(), golden_files().masked + "/tokens.h5");
+  for (Split s : {Split::kTrain, Split::kVal}) {
+    SCOPED_TRACE(split_name(s));
+    const int64_t n = s == Split::kTrain ? kTrainTokens : kValTokens;
+    const std::vector<uint32_t> ids = test::pattern_tokens(n, kVocab, s == Split::kTrain ? 0 : 501);
+    const std::vector<uint8_t> mask = test::pattern_mask(n, s == Split::kTrain ? 0 : 333);
+    ASSERT_EQ(ds.n_tokens(s), n);
+    const std::vector<int32_t> all = ds.read_tokens(s);
+    ASSERT_TRUE(std::equal(all.begin(), all.end(), ids.begin(), ids.end()));
+    ASSERT_EQ(ds.read_mask(s), mask);
+
+    const auto windows = some_windows(n, 2000);
+    struct Got {
+      std::vector<int64_t> tokens;
+      std::vector<int32_t> narrow;
+      std::vector<uint8_t> mask;
+    };
+    auto read = [&](const TokenDataset& d, std::pair<int64_t, int64_t> w) {
+      Got g;
+      g.tokens.resize(static_cast<size_t>(w.second));
+      g.mask.resize(static_cast<size_t>(w.second));
+      d.read_tokens(s, w.first, w.second, g.tokens.data());
+      g.narrow = d.read_tokens(s, w.first, w.second);
+      d.read_mask(s, w.first, w.second, g.mask.data());
+      return g;
+    };
+    std::vector<Got> serial(windows.size()), parallel(windows.size());
+    for (size_t i = 0; i < windows.size(); ++i) serial[i] = read(ds, windows[i]);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, windows.size(), 1), [&](const tbb::blocked_range<size_t>& r) {
+      const TokenDataset copy = ds;  // shares the open file
+      for (size_t i = r.begin(); i != r.end(); ++i) parallel[i] = read(i % 2 ? copy : ds, windows[i]);
+    });
+    for (size_t i = 0; i < windows.size(); ++i) {
+      const auto [start, count] = windows[i];
+      SCOPED_TRACE(fmt::format("window [{}, {})", start, start + count));
+      ASSERT_EQ(parallel[i].tokens, serial[i].tokens);
+      ASSERT_EQ(parallel[i].narrow, serial[i].narrow);
+      ASSERT_EQ(parallel[i].mask, serial[i].mask);
+      ASSERT_TRUE(std::equal(serial[i].tokens.begin(), serial[i].tokens.end(), ids.begin() + start));
+      ASSERT_TRUE(std::equal(serial[i].narrow.begin(), serial[i].narrow.end(), ids.begin() + start));
+      ASSERT_TRUE(std::equal(serial[i].mask.begin(), serial[i].mask.end(), mask.begin() + start));
+    }
+  }
+}
+
+// uint32 ids (a vocabulary past 65536) read back whole, in windows and in batches.
+TEST(TokenDataset, WideIdsReadRight) {
+  TempDir tmp("bcd-wide");
+  test::TokenFile f;
+  f.vocab = 100000;
+  f.token_bytes = 4;
+  f.train = test::pattern_tokens(20000, f.vocab);
+  f.val = test::pattern_tokens(2000, f.vocab, 77);
+  test::write_token_file(tmp.path(), f);
+  const TokenDataset ds = TokenDataset::open(tmp.path());
+  EXPECT_EQ(ds.token_bytes(), 4);
+  EXPECT_EQ(ds.vocab_size(), 100000);
+  EXPECT_FALSE(ds.masked());
+  ASSERT_GT(*std::max_element(f.train.begin(), f.train.end()), 65535u);
+  const std::vector<int32_t> train = ds.read_tokens(Split::kTrain);
+  EXPECT_TRUE(std::equal(train.begin(), train.end(), f.train.begin(), f.train.end()));
+  std::vector<int64_t> w(777);
+  ds.read_tokens(Split::kVal, 1000, 777, w.data());
+  EXPECT_TRUE(std::equal(w.begin(), w.end(), f.val.begin() + 1000));
+  DataLoader dl(ds, Split::kVal, 2, 9, 1, /*shuffle=*/false);
+  const Batch b = dl.next();
+  for (int64_t i = 0; i < 2 * 10; ++i) {
+    EXPECT_EQ(b.tokens.data_ptr<int64_t>()[i], f.val[static_cast<size_t>((i / 10) * 9 + i % 10)]) << i;
+  }
+}
+
+TEST(TokenDataset, RangesOutsideTheSplitAreRefused) {
+  const TokenDataset ds = TokenDataset::open(golden_files().masked);
+  const std::string file = ds.file();
+  std::vector<int64_t> out(64);
+  std::vector<uint8_t> m(64);
+  EXPECT_TRUE(ds.read_tokens(Split::kVal, kValTokens, 0).empty());
+  struct Case {
+    const char* name;
+    std::function<void()> read;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"past the end", [&] { ds.read_tokens(Split::kVal, kValTokens - 5, 6, out.data()); },
+       "entries [2995, 3001) of /val/tokens requested, outside the split's 3000 tokens"},
+      {"past the end (vector)", [&] { ds.read_tokens(Split::kTrain, kTrainTokens, 1); }, "[50000, 50001) of /train/tokens"},
+      {"negative start", [&] { ds.read_tokens(Split::kTrain, -1, 2, out.data()); }, "[-1, 1) of /train/tokens"},
+      {"negative count", [&] { ds.read_tokens(Split::kTrain, 10, -3); }, "[10, 7) of /train/tokens"},
+      {"mask past the end", [&] { ds.read_mask(Split::kVal, kValTokens - 1, 2, m.data()); },
+       "[2999, 3001) of /val/loss_mask"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string msg = user_error_of(c.read);
+    EXPECT_NE(msg.find(file), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+  }
+}
+
+// `bcdtrain prepare` stores every dataset contiguously; one that is not cannot be read in place.
+TEST(TokenDataset, ChunkedTokensAreRefusedAtOpen) {
+  TempDir tmp("bcd-chunked");
+  test::TokenFile f;
+  f.train = test::pattern_tokens(10000, f.vocab);
+  f.val = test::pattern_tokens(500, f.vocab);
+  f.chunked = true;
+  test::write_token_file(tmp.path(), f);
+  const std::string msg = user_error_of([&] { TokenDataset::open(tmp.path()); });
+  EXPECT_NE(msg.find(tmp.file("tokens.h5")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/train/tokens is not stored contiguously"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bcdtrain prepare"), std::string::npos) << msg;
+}
+
+// doc_offsets: n_docs at open, the whole array only when asked, and checked then.
+TEST(TokenDataset, DocOffsetsAreReadAndCheckedOnDemand) {
+  TempDir tmp("bcd-docs");
+  test::TokenFile f;
+  f.train = test::pattern_tokens(10500, f.vocab);
+  f.val = test::pattern_tokens(500, f.vocab);
+  test::write_token_file(tmp.path(), f);
+  {
+    const TokenDataset ds = TokenDataset::open(tmp.path());
+    EXPECT_EQ(ds.n_docs(Split::kTrain), 11);
+    EXPECT_EQ(ds.n_docs(Split::kVal), 1);
+    std::vector<uint64_t> want;
+    for (uint64_t i = 0; i < 10500; i += 1000) want.push_back(i);
+    want.push_back(10500);
+    EXPECT_EQ(ds.read_doc_offsets(Split::kTrain), want);
+    EXPECT_EQ(ds.read_doc_offsets(Split::kVal), (std::vector<uint64_t>{0, 500}));
+  }
+  test::poke(tmp.file("tokens.h5"), "/train/doc_offsets", 3, 5000);
+  const TokenDataset ds = TokenDataset::open(tmp.path());  // the ends are still right
+  const std::string msg = user_error_of([&] { ds.read_doc_offsets(Split::kTrain); });
+  EXPECT_NE(msg.find(tmp.file("tokens.h5")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/train/doc_offsets decreases at entry 3 (5000 then 4000)"), std::string::npos) << msg;
+}
+
+// A file cut short after open(): the read that reaches past its end names the file; the reads
+// before it are fine.
+TEST(TokenDataset, FileTruncatedAfterOpenFailsTheReadPastItsEnd) {
+  TempDir tmp("bcd-trunc");
+  test::TokenFile f;
+  f.train = test::pattern_tokens(10000, f.vocab);
+  f.val = test::pattern_tokens(500, f.vocab);
+  test::write_token_file(tmp.path(), f);
+  const std::string file = tmp.file("tokens.h5");
+  haddr_t at = 0;
+  {
+    H5::H5File h(file, H5F_ACC_RDONLY);
+    at = h.openDataSet("/train/tokens").getOffset();
+  }
+  const TokenDataset ds = TokenDataset::open(tmp.path());
+  std::filesystem::resize_file(file, at + 2 * 5000);  // half of /train/tokens
+  EXPECT_EQ(ds.read_tokens(Split::kTrain, 4000, 1000).size(), 1000u);
+  const std::string msg = user_error_of([&] { ds.read_tokens(Split::kTrain, 4990, 20); });
+  EXPECT_NE(msg.find(file), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/train/tokens"), std::string::npos) << msg;
+  // and a file already short is refused at open
+  const std::string again = user_error_of([&] { TokenDataset::open(tmp.path()); });
+  EXPECT_NE(again.find(file), std::string::npos) << again;
 }
 
 }  // namespace

@@ -26,32 +26,44 @@ const char* split_name(Split s);
 // dataset cannot be read (callers that need the data open it and get its error).
 std::string dataset_chat_template(const std::string& dir);
 
+// A prepared dataset, read on demand: open() reads the attributes and checks the layout (dataset
+// types and sizes, doc_offsets' ends, mask presence) but no token; windows are read with pread at
+// the file offsets of the contiguous datasets, so memory does not grow with the corpus, and reads
+// are safe from several threads at once (the loader's prefetch beside the trainer's evaluation).
+// Token ids and mask values are checked as they are read: a bad one is a UserError naming the
+// file, the split and the position. Cheap to copy (copies share the open file).
 class TokenDataset {
  public:
-  // Opens <dir>/tokens.h5; UserError naming the file when missing, malformed or inconsistent.
+  // Opens <dir>/tokens.h5; UserError naming the file when missing, malformed or inconsistent
+  // (including datasets not stored contiguously, which `bcdtrain prepare` never writes).
   static TokenDataset open(const std::string& dir);
 
-  const std::vector<int32_t>& tokens(Split s) const { return s == Split::kTrain ? train_ : val_; }
-  const std::vector<uint64_t>& doc_offsets(Split s) const {
-    return s == Split::kTrain ? train_docs_ : val_docs_;
-  }
-  // Per-token 0/1 loss mask; empty when every token is a target (plain text).
-  const std::vector<uint8_t>& loss_mask(Split s) const { return s == Split::kTrain ? train_mask_ : val_mask_; }
-  bool masked() const { return !train_mask_.empty(); }
-  int vocab_size() const { return vocab_size_; }
-  int bos_id() const { return bos_id_; }
-  int eos_id() const { return eos_id_; }
-  double unigram_val_loss() const { return unigram_val_loss_; }
-  const std::string& dir() const { return dir_; }
+  int64_t n_tokens(Split s) const;
+  int64_t n_docs(Split s) const;
+  // Tokens [start, start + count) of split s as int64 ids (what a batch tensor holds) or int32.
+  // UserError when the range is outside the split or an id is outside the vocabulary.
+  void read_tokens(Split s, int64_t start, int64_t count, int64_t* out) const;
+  std::vector<int32_t> read_tokens(Split s, int64_t start, int64_t count) const;
+  std::vector<int32_t> read_tokens(Split s) const { return read_tokens(s, 0, n_tokens(s)); }
+  // Loss mask entries [start, start + count) (0 or 1; masked() datasets only).
+  void read_mask(Split s, int64_t start, int64_t count, uint8_t* out) const;
+  std::vector<uint8_t> read_mask(Split s) const;
+  // The [n_docs + 1] document start offsets, checked non-decreasing (UserError otherwise).
+  std::vector<uint64_t> read_doc_offsets(Split s) const;
+  // Whether the dataset holds loss masks (instruction data); else every token is a target.
+  bool masked() const;
+  int token_bytes() const;  // 2 (uint16 ids) or 4 (uint32)
+  int vocab_size() const;
+  int bos_id() const;
+  int eos_id() const;
+  double unigram_val_loss() const;
+  const std::string& dir() const;
+  const std::string& file() const;  // <dir>/tokens.h5
   std::string tokenizer_path() const;  // <dir>/<tokenizer attribute>
 
  private:
-  std::string dir_, tokenizer_file_;
-  std::vector<int32_t> train_, val_;
-  std::vector<uint64_t> train_docs_, val_docs_;
-  std::vector<uint8_t> train_mask_, val_mask_;
-  int vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
-  double unigram_val_loss_ = 0;
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
 };
 
 }  // namespace bcd

@@ -1,5 +1,7 @@
 // Deterministic batch loader: which windows each epoch visits (shift and permutation drawn from
 // a splitmix64 stream of (seed, epoch)), batch assembly, and one batch of prefetch on TBB.
+// Windows are read from the file as batches are assembled (TokenDataset::read_tokens), so the
+// loader's memory is a batch or two whatever the size of the corpus.
 //
 // Sampling, with n = tokens in the split, T = seq_len, B = batch_size:
 //   S = min(T, n - T) shifts when shuffling, S = 1 (shift 0) otherwise;
@@ -17,10 +19,11 @@
 //   Data parallel over R ranks: a step's global batch is the next R*B windows, and rank r takes
 //   rows [r*B, (r+1)*B) of it. Every rank advances by R*B, so the state is the same on all ranks
 //   and R ranks x B see exactly the windows of one rank x R*B.
+//   A rank reads the tokens of its own B windows only.
 //   Instruction data: a window's mask is its targets' entries of the split's loss mask,
-//   mask[start + 1, start + T + 1), and every rank counts the mask over the whole global batch
-//   (all R*B windows, a byte each per target) so the loss divides by the global count
-//   (Batch::divisor) without a collective.
+//   mask[start + 1, start + T + 1), and every rank reads and counts the mask over the whole
+//   global batch (all R*B windows, a byte each per target) so the loss divides by the global
+//   count (Batch::divisor) without a collective.
 #include "io/loader.h"
 
 #include <tbb/task_group.h>
@@ -78,15 +81,18 @@ struct EpochPlan {
 }  // namespace
 
 struct DataLoader::Impl {
-  const int32_t* tokens = nullptr;
-  const uint8_t* mask = nullptr;  // per-token loss mask; null when every target counts
+  TokenDataset ds;  // read with pread: the prefetch task and the trainer may read it at once
+  Split split = Split::kTrain;
+  bool masked = false;  // the split has a loss mask; else every target counts
   int64_t n_tokens = 0, batch = 0, seq = 0, n_shifts = 1, windows = 0;
   int64_t rank = 0, world = 1;  // this rank's rows of a global batch of world * batch windows
   uint64_t seed = 0;
   bool shuffle = true, prefetch = true;
 
   LoaderState state;  // where the next call to next() starts
-  EpochPlan plan;     // used only by assemble(), which never runs on two threads at once
+  // Used only by assemble(), which never runs on two threads at once.
+  EpochPlan plan;
+  std::vector<uint8_t> window_mask;  // (T) one window's targets' mask entries
 
   // Prefetch: `ahead` (ending at `ahead_end`) is being built for `state` while `pending`.
   tbb::task_group tasks;
@@ -118,7 +124,7 @@ struct DataLoader::Impl {
     int64_t* dst = out.tokens.data_ptr<int64_t>();
     float* mdst = nullptr;
     int64_t counted = 0;  // targets that count, over the global batch
-    if (mask) {
+    if (masked) {
       out.mask = torch::empty({batch, seq}, torch::kFloat32);
       mdst = out.mask.data_ptr<float>();
     }
@@ -128,9 +134,10 @@ struct DataLoader::Impl {
       const int64_t start = p.shift + static_cast<int64_t>(w) * seq;
       BCD_CHECK(start >= 0 && start + seq + 1 <= n_tokens, "window {} of epoch {}", w, st.epoch);
       const bool mine = g / batch == rank;
-      if (mine) std::copy(tokens + start, tokens + start + seq + 1, dst + (g - rank * batch) * (seq + 1));
-      if (mask) {
-        const uint8_t* m = mask + start + 1;
+      if (mine) ds.read_tokens(split, start, seq + 1, dst + (g - rank * batch) * (seq + 1));
+      if (masked) {
+        const uint8_t* m = window_mask.data();
+        ds.read_mask(split, start + 1, seq, window_mask.data());
         if (mine) std::copy(m, m + seq, mdst + (g - rank * batch) * seq);
         counted += std::count(m, m + seq, uint8_t{1});
       }
@@ -139,7 +146,7 @@ struct DataLoader::Impl {
         st.cursor = 0;
       }
     }
-    out.divisor = mask ? static_cast<double>(counted) / static_cast<double>(world) : static_cast<double>(batch * seq);
+    out.divisor = masked ? static_cast<double>(counted) / static_cast<double>(world) : static_cast<double>(batch * seq);
     return out;
   }
 
@@ -171,8 +178,7 @@ DataLoader::DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, 
   if (batch_size < 1) user_error("data loader: batch_size is {}, expected >= 1", batch_size);
   BCD_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
   if (seq_len < 1) user_error("data loader: seq_len is {}, expected >= 1", seq_len);
-  const auto& tokens = ds.tokens(split);
-  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t n = ds.n_tokens(split);
   if (n < seq_len + 1) {
     user_error(
         "dataset {}: the {} split holds {} tokens, fewer than seq_len + 1 = {} needed for "
@@ -180,8 +186,10 @@ DataLoader::DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, 
         ds.dir(), split_name(split), n, seq_len + 1);
   }
   Impl& m = *impl_;
-  m.tokens = tokens.data();
-  if (ds.masked()) m.mask = ds.loss_mask(split).data();
+  m.ds = ds;
+  m.split = split;
+  m.masked = ds.masked();
+  if (m.masked) m.window_mask.resize(static_cast<size_t>(seq_len));
   m.n_tokens = n;
   m.batch = batch_size;
   m.seq = seq_len;

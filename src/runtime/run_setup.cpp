@@ -292,7 +292,7 @@ std::vector<std::string> RunSetup::banner() const {
                               mc.n_layers, mc.d_model, mc.n_heads, mc.kv_heads(), mc.vocab_size,
                               static_cast<double>(model.num_params()) / 1e6, model.n_blocks()));
   lines.push_back(fmt::format("data: {} train / {} val tokens ({}), unigram val loss {:.4f}",
-                              ds.tokens(Split::kTrain).size(), ds.tokens(Split::kVal).size(), cfg.data.path,
+                              ds.n_tokens(Split::kTrain), ds.n_tokens(Split::kVal), cfg.data.path,
                               ds.unigram_val_loss()));
   lines.push_back(fmt::format("train: {} steps x {} tokens/step, {} AdamW ({}) lr {:g}, {} working weights, on {}{}",
                               tc.steps, tokens_per_step(), cfg.optim.impl,
