@@ -148,11 +148,11 @@ TEST_F(Cli, PrepareSaysItsPhasesAsPlainLinesInAPipe) {
   EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("\033["), std::string::npos) << r.output;
   size_t at = 0;
-  for (const char* line : {"\nreading inputs: 1 file ...\n", "\nreading inputs: 1 file in ",
-                           "\ntraining the tokenizer (BPE, vocabulary 400) ...\n",
-                           "\ntraining the tokenizer (BPE, vocabulary 400): done in ", "\ntokenizing: ", " documents ...\n",
-                           "\ntokenizing: ", " documents in ", "\nwriting tokens.h5: ", " ...\n", "\nwriting tokens.h5: ",
-                           " in ", "\nprepared "}) {
+  for (const char* line : {"\nsplitting into train and validation: ", " KiB ...\n", "\nsplitting into train and validation: ",
+                           " KiB in ", "\ntraining the tokenizer (BPE, vocabulary 400, ", " sentences) ...\n",
+                           "\ntraining the tokenizer (BPE, vocabulary 400, ", " sentences): done in ", "\ntokenizing: ",
+                           " KiB ...\n", "\ntokenizing: ", " KiB in ", " tokens, ", " tokens/s\n", "\nwriting tokens.h5 ...\n",
+                           "\nwriting tokens.h5: done in ", "\nprepared ", "\ntokenized "}) {
     const size_t found = ("\n" + r.output).find(line, at);
     ASSERT_NE(found, std::string::npos) << "'" << line << "' after offset " << at << " in:\n" << r.output;
     at = found + std::string(line).size() - 1;

@@ -1,0 +1,219 @@
+// Tests of the streaming `prepare`: the output does not depend on how the inputs were cut into
+// chunks or on the thread count, over-long documents and lines are cut within the memory limit,
+// JSONL text records, and the peak memory of a corpus far larger than the limit given to it.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/dataset.h"
+#include "io/prepare.h"
+#include "io/tokenizer.h"
+#include "base/error.h"
+#include "base/progress.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+constexpr const char* kFortuneDir = "/usr/share/games/fortunes";
+
+struct Read {
+  std::vector<int32_t> tokens[2];
+  std::vector<uint64_t> offsets[2];
+};
+
+Read read_all(const std::string& dir) {
+  TokenDataset ds = TokenDataset::open(dir);
+  Read r;
+  for (Split s : {Split::kTrain, Split::kVal}) {
+    r.tokens[static_cast<int>(s)] = ds.read_tokens(s);
+    r.offsets[static_cast<int>(s)] = ds.read_doc_offsets(s);
+  }
+  return r;
+}
+
+// The documents of split s, decoded (without their EOS).
+std::vector<std::string> decode_docs(const std::string& dir, Split s) {
+  TokenDataset ds = TokenDataset::open(dir);
+  Tokenizer tok = Tokenizer::load(ds.tokenizer_path());
+  const std::vector<int32_t> t = ds.read_tokens(s);
+  const std::vector<uint64_t> off = ds.read_doc_offsets(s);
+  std::vector<std::string> docs;
+  for (size_t i = 0; i + 1 < off.size(); ++i) docs.push_back(tok.decode(std::vector<int>(t.begin() + off[i], t.begin() + off[i + 1] - 1)));
+  return docs;
+}
+
+// The demo corpus prepared in ~40 chunks on two threads (16 MiB: 256 KiB chunks) equals the same
+// prepared in one chunk on one thread: every token and every document boundary. And a tokenizer
+// trained within 32 MiB (an 8 MiB sample, which holds every sentence of this corpus) is the one
+// trained without a limit.
+TEST(StreamingPrepare, ChunksAndThreadsDoNotChangeTheDataset) {
+  if (!fs::is_directory(kFortuneDir)) GTEST_SKIP() << kFortuneDir << " is missing (Debian package fortunes-min)";
+  ProgressScope quiet(true);
+  TempDir tmp("bcd-stream");
+  PrepareOptions opt;
+  opt.inputs = {kFortuneDir};
+  opt.vocab_size = 600;
+  opt.val_fraction = 0.1;
+  opt.out_dir = tmp.file("one");
+  opt.memory_mb = 4096;
+  opt.threads = 1;
+  const PrepareReport one = prepare_dataset(opt);
+  opt.out_dir = tmp.file("limited");
+  opt.memory_mb = 32;
+  opt.threads = 2;
+  const PrepareReport limited = prepare_dataset(opt);
+  opt.out_dir = tmp.file("chunked");
+  opt.memory_mb = 16;
+  opt.tokenizer_model = tmp.file("one/tokenizer.model");
+  const PrepareReport chunked = prepare_dataset(opt);
+
+  EXPECT_GT(one.bytes_read, uint64_t{2} << 20) << "the corpus must span many 256 KiB chunks";
+  EXPECT_EQ(one.n_docs_cut, 0);
+  EXPECT_EQ(limited.tokenizer_sentences, one.tokenizer_sentences);
+  EXPECT_TRUE(test::read_text(tmp.file("limited/tokenizer.model")) == test::read_text(tmp.file("one/tokenizer.model")));
+  const Read r1 = read_all(tmp.file("one"));
+  for (const auto& [name, r] : {std::pair{"limited", limited}, std::pair{"chunked", chunked}}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(r.n_tokens_train, one.n_tokens_train);
+    EXPECT_EQ(r.n_docs_val, one.n_docs_val);
+    EXPECT_EQ(r.unigram_val_loss, one.unigram_val_loss);
+    const Read rx = read_all(tmp.file(name));
+    for (int s : {0, 1}) {
+      EXPECT_TRUE(rx.tokens[s] == r1.tokens[s]) << "split " << s;
+      EXPECT_TRUE(rx.offsets[s] == r1.offsets[s]) << "split " << s;
+    }
+  }
+}
+
+// With 16 MiB a document may hold 256 KiB: a longer paragraph is cut at lines, a longer line at
+// characters (never inside a UTF-8 sequence), and nothing is lost.
+TEST(StreamingPrepare, OverLongDocumentsAreCutWithinTheLimit) {
+  ProgressScope quiet(true);
+  TempDir tmp("bcd-stream");
+  std::string paragraph;
+  for (int i = 0; i < 6000; ++i) paragraph += "line " + std::to_string(i) + " of a paragraph that goes on and on\n";
+  std::string line;
+  while (line.size() < 600'000) line += "é" + std::to_string(line.size() % 97) + "ü";  // no spaces to trim at cuts
+  test::write_text(tmp.file("long.txt"), "short one\n\n" + paragraph + "\n" + line + "\n\nshort two\n");
+  PrepareOptions opt;
+  opt.inputs = {tmp.file("long.txt")};
+  opt.out_dir = tmp.file("ds");
+  opt.vocab_size = 300;
+  opt.val_fraction = 0.0;  // every document but one (the lowest key) in train
+  opt.memory_mb = 16;
+  const PrepareReport r = prepare_dataset(opt);
+  EXPECT_GE(r.n_docs_cut, 3) << "a 330 KiB paragraph and a 600 KiB line, in 256 KiB pieces";
+  std::vector<std::string> docs = decode_docs(opt.out_dir, Split::kTrain);
+  for (const std::string& d : decode_docs(opt.out_dir, Split::kVal)) docs.push_back(d);
+  std::string lines, chars;
+  int n_short = 0;
+  for (const std::string& d : docs) {
+    EXPECT_LE(d.size(), size_t{256} << 10);
+    if (d.rfind("short", 0) == 0) ++n_short;
+    else if (d.rfind("line", 0) == 0) lines += (lines.empty() ? "" : "\n") + d;
+    else chars += d;
+  }
+  EXPECT_EQ(n_short, 2);
+  // val holds the one lowest-key document, so the pieces may come back in another order
+  EXPECT_EQ(lines.size() + 1, paragraph.size());
+  EXPECT_EQ(chars.size(), line.size());
+}
+
+TEST(StreamingPrepare, JsonlTextRecordsAreDocuments) {
+  ProgressScope quiet(true);
+  TempDir tmp("bcd-stream");
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i) jsonl += "{\"text\": \"  record " + std::to_string(i) + " says hello\\nworld  \", \"id\": 7}\n";
+  jsonl += "\n{\"text\": \"   \"}\n";  // blank line and blank text: no document
+  test::write_text(tmp.file("a.jsonl"), jsonl);
+  PrepareOptions opt;
+  opt.inputs = {tmp.file("a.jsonl")};
+  opt.out_dir = tmp.file("ds");
+  opt.vocab_size = 300;
+  opt.val_fraction = 0.2;
+  const PrepareReport r = prepare_dataset(opt);
+  EXPECT_FALSE(r.instruct);
+  EXPECT_EQ(r.n_docs_train + r.n_docs_val, 40);
+  EXPECT_FALSE(TokenDataset::open(opt.out_dir).masked());
+  std::vector<std::string> docs = decode_docs(opt.out_dir, Split::kTrain);
+  ASSERT_FALSE(docs.empty());
+  EXPECT_EQ(docs[0].substr(0, 7), "record ");
+  EXPECT_NE(docs[0].find(" says hello\nworld"), std::string::npos) << docs[0];
+
+  // A bad record names the file and line; --skip-bad counts it instead.
+  test::write_text(tmp.file("a.jsonl"), jsonl + "{\"txt\": \"typo\"}\n");
+  opt.out_dir = tmp.file("ds2");
+  std::string msg = test::error_of([&] { prepare_dataset(opt); });
+  EXPECT_NE(msg.find(tmp.file("a.jsonl") + ":43"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"text\" string"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(opt.out_dir));
+  opt.skip_bad = true;
+  EXPECT_EQ(prepare_dataset(opt).n_bad_records, 1);
+}
+
+TEST(StreamingPrepare, MemoryLimitIsChecked) {
+  PrepareOptions opt;
+  opt.inputs = {"x"};
+  opt.out_dir = "/nonexistent/ds";
+  opt.memory_mb = 8;
+  EXPECT_NE(test::error_of([&] { prepare_dataset(opt); }).find("memory_mb"), std::string::npos);
+}
+
+// Peak resident memory of `bcdtrain ARGS` (KiB); fails the test on a non-zero exit.
+long peak_rss_kib(const std::string& args, const std::string& log) {
+  test::Background child(args, log);
+  int status = 0;
+  rusage ru{};
+  if (::wait4(child.pid, &status, 0, &ru) != child.pid) return -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << args << "\n" << test::read_text(log);
+  return ru.ru_maxrss;
+}
+
+// A 160 MiB corpus prepared with --memory-mb 64 peaks at most 64 MiB above a 160 KiB one: memory
+// does not grow with the corpus. (Measured as the process's peak RSS, since the binary's own
+// libraries take more than 64 MiB before prepare starts.)
+TEST(StreamingPrepare, ACorpusFarLargerThanTheLimitPreparesInIt) {
+  if (!fs::is_directory(kFortuneDir)) GTEST_SKIP() << kFortuneDir << " is missing (Debian package fortunes-min)";
+  TempDir tmp("bcd-stream");
+  std::string text;
+  for (const auto& e : fs::directory_iterator(kFortuneDir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.find('.') == std::string::npos) text += test::read_text(e.path().string()) + "\n%\n";
+  }
+  ASSERT_GT(text.size(), size_t{1} << 20);
+  test::write_text(tmp.file("small.txt"), text.substr(0, 160 << 10));
+  {
+    std::FILE* f = std::fopen(tmp.file("big.txt").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    uint64_t written = 0;
+    for (int round = 0; written < (uint64_t{160} << 20); ++round) {
+      const std::string tag = "% round " + std::to_string(round) + "\n";  // a record of its own
+      written += std::fwrite(tag.data(), 1, tag.size(), f) + std::fwrite(text.data(), 1, text.size(), f);
+    }
+    std::fclose(f);
+  }
+  ASSERT_EQ(test::prepare_fortunes(tmp.file("demo")).exit_code, 0);
+  const std::string common = " --tokenizer " + tmp.file("demo/tokenizer.model") + " --memory-mb 64";
+  const long small = peak_rss_kib("prepare --input " + tmp.file("small.txt") + " --out " + tmp.file("s") + common, tmp.file("s.log"));
+  const long big = peak_rss_kib("prepare --input " + tmp.file("big.txt") + " --out " + tmp.file("b") + common, tmp.file("b.log"));
+  ASSERT_GT(small, 0);
+  const auto ds = TokenDataset::open(tmp.file("b"));
+  EXPECT_GT(ds.n_tokens(Split::kTrain), 30'000'000) << "the corpus was prepared whole";
+  EXPECT_LT(big - small, 64 << 10) << "peak RSS " << small / 1024 << " MiB for 160 KiB of text, " << big / 1024
+                                   << " MiB for 160 MiB";
+  std::printf("peak RSS: %ld MiB (160 KiB corpus), %ld MiB (160 MiB corpus), --memory-mb 64\n", small / 1024,
+              big / 1024);
+}
+
+}  // namespace
+}  // namespace bcd
