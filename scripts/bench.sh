@@ -13,6 +13,8 @@ usage() {
   echo "        convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens" >&2
   echo "        finetune      LIMA instruction fine-tuning from a pretrained base: BCD keep / reset vs AdamW" >&2
   echo "        io            fio vs bcdtrain iobench (io_uring and thread engines)" >&2
+  echo "        prepare       bcdtrain prepare tokens/s (every core) vs spm_encode, and peak RSS" >&2
+  echo "        data-memory   peak RSS of prepare and train on a 100 MiB vs a 2 GiB corpus" >&2
   echo "        staging       BCD step time with master + moments on NVMe vs in host memory" >&2
   echo "        comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)" >&2
   echo "        dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency" >&2
@@ -29,7 +31,7 @@ case "$name" in
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
   finetune) target=bench_finetune; program=tests/bench_finetune ;;
-  io) target=bcdtrain; program="" ;;
+  io | prepare | data-memory) target=bcdtrain; program="" ;;
   staging) target=bench_staging; program=tests/bench_staging ;;
   memory) target=bench_memory; program=tests/bench_memory ;;
   comm | dp) target=bench_dp; program="tests/bench_dp $name" ;;
@@ -52,7 +54,9 @@ fi
 # Every core for both thread pools (the programs default to all of them); libgomp, LibTorch's
 # OpenMP, otherwise spins idle threads and steals those cores from TBB.
 export OMP_WAIT_POLICY=PASSIVE
-if [[ $name == io ]]; then
-  BCD_IOBENCH="$build/bcdtrain iobench" exec scripts/bench_io.sh "$@"
-fi
+case "$name" in
+  io) BCD_IOBENCH="$build/bcdtrain iobench" exec scripts/bench_io.sh "$@" ;;
+  prepare) BCD_BUILD_DIR=$build exec scripts/bench_prepare.sh "$@" ;;
+  data-memory) BCD_BUILD_DIR=$build exec scripts/bench_data_memory.sh "$@" ;;
+esac
 exec $build/$program "$@"

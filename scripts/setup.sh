@@ -16,6 +16,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev           # libFuzzer build of the safetensors parser (scripts/fuzz.sh)
   fio                               # reference for `bcdtrain iobench` (scripts/bench_io.sh)
+  sentencepiece time                # spm_encode and GNU time: scripts/bench_prepare.sh, bench_data_memory.sh
   python3                           # scripts/gpu_check_summary.py and the tests of scripts/
   gnuplot-nox                       # scripts/plot.sh (the pngcairo terminal, no X11)
   fortunes                          # demo corpus: /usr/share/games/fortunes

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Does memory grow with the corpus? Peak RSS (GNU time) of `bcdtrain prepare` and of `bcdtrain
+# train` (the tiny demo model, a few steps and one evaluation) on a small and a large generated
+# corpus (fortune records repeated with a tag line; the demo's tokenizer). prepare_ratio and
+# train_ratio are RSS(large) / RSS(small); ratio is the larger of the two (goal <= 1.1).
+# Last line: one JSON object.
+# Environment: BCD_BENCH_SMALL_MIB (100), BCD_BENCH_LARGE_MIB (2048), BCD_BENCH_DIR (where the
+# corpora go; default a fresh directory under $TMPDIR or /tmp, removed afterwards), BCD_BUILD_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+small_mib=${BCD_BENCH_SMALL_MIB:-100}
+large_mib=${BCD_BENCH_LARGE_MIB:-2048}
+build=${BCD_BUILD_DIR:-build}
+bcd=$build/bcdtrain
+[[ -x $bcd ]] || { echo "bench_data_memory: $bcd not found: build first (scripts/setup.sh)" >&2; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "bench_data_memory: /usr/bin/time not found (scripts/setup.sh installs time)" >&2; exit 2; }
+[[ -d /usr/share/games/fortunes ]] || { echo "bench_data_memory: /usr/share/games/fortunes missing (scripts/setup.sh installs fortunes)" >&2; exit 2; }
+
+base=${BCD_BENCH_DIR:-${TMPDIR:-/tmp}}
+mkdir -p "$base"
+dir=$(mktemp -d "$base/bcd-bench-data-memory.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+need=$(((large_mib + small_mib) * 3 >> 10))
+avail=$(df -BG --output=avail "$dir" | tail -1 | tr -dc 0-9)
+((avail > need + 1)) || { echo "bench_data_memory: $dir has ${avail} GiB free, the corpora need about $((need + 1)) GiB" >&2; exit 2; }
+
+"$bcd" prepare --input /usr/share/games/fortunes --out "$dir/demo" --vocab-size 2048 > /dev/null
+model=$dir/demo/tokenizer.model
+
+src=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort)
+# shellcheck disable=SC2086
+cat $src > "$dir/one.txt"
+make_corpus() {  # FILE MIB
+  local round=0
+  : > "$1"
+  while [[ $(stat -c %s "$1") -lt $(($2 << 20)) ]]; do
+    echo "% round $round" >> "$1"  # a tag line per round keeps every round's first record apart
+    cat "$dir/one.txt" >> "$1"
+    round=$((round + 1))
+  done
+}
+
+# Peak RSS (KiB) of a command; its output goes to $dir/NAME.log.
+peak() {  # NAME CMD...
+  local name=$1
+  shift
+  /usr/bin/time -f "%e %M" -o "$dir/$name.time" "$@" > "$dir/$name.log" 2>&1 ||
+    { tail -20 "$dir/$name.log" >&2; echo "bench_data_memory: $name failed" >&2; exit 1; }
+  read -r secs kib < "$dir/$name.time"
+  echo "bench_data_memory: $name ${secs}s, peak RSS $((kib >> 10)) MiB" >&2
+  echo "$kib"
+}
+
+declare -A rss
+for size in small large; do
+  mib_var=${size}_mib
+  make_corpus "$dir/$size.txt" "${!mib_var}"
+  echo "bench_data_memory: $size corpus $(($(stat -c %s "$dir/$size.txt") >> 20)) MiB" >&2
+  rss[prepare_$size]=$(peak "prepare_$size" "$bcd" prepare --input "$dir/$size.txt" --out "$dir/$size" --tokenizer "$model")
+  rm -f "$dir/$size.txt"
+  rss[train_$size]=$(peak "train_$size" "$bcd" train --config configs/tiny.toml --data.path="$dir/$size" \
+    --train.run_dir="$dir/run_$size" --train.steps=6 --train.val_every=6 --train.val_batches=4 --train.log_every=2)
+done
+
+ratio_of() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.4f", a / b}'; }
+pr=$(ratio_of "${rss[prepare_large]}" "${rss[prepare_small]}")
+tr=$(ratio_of "${rss[train_large]}" "${rss[train_small]}")
+ratio=$(awk -v a="$pr" -v b="$tr" 'BEGIN{print (a > b) ? a : b}')
+printf '{"bench":"data-memory","small_mib":%d,"large_mib":%d,"prepare_rss_mib":[%d,%d],"train_rss_mib":[%d,%d],"prepare_ratio":%s,"train_ratio":%s,"ratio":%s}\n' \
+  "$small_mib" "$large_mib" "$((rss[prepare_small] >> 10))" "$((rss[prepare_large] >> 10))" \
+  "$((rss[train_small] >> 10))" "$((rss[train_large] >> 10))" "$pr" "$tr" "$ratio"

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Tokenizing throughput: `bcdtrain prepare` (every core, streaming) against sentencepiece's own
+# command line, spm_encode (one thread), on the same generated text with the same tokenizer
+# model. Each round runs both, alternating which goes first; a side's tokens/s is the tokens it
+# produced over its whole command's wall time (prepare: reading, the split pass, tokenizing and
+# writing tokens.h5; spm_encode: reading and writing ids). ratio = median over rounds of
+# prepare's tokens/s / spm_encode's (goal >= 1 on two cores). Peak RSS of both, from GNU time.
+# Last line: one JSON object.
+# Environment: BCD_BENCH_MIB (text size, default 32), BCD_BENCH_ROUNDS (3), BCD_BUILD_DIR (build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mib=${BCD_BENCH_MIB:-32}
+rounds=${BCD_BENCH_ROUNDS:-3}
+build=${BCD_BUILD_DIR:-build}
+bcd=$build/bcdtrain
+[[ -x $bcd ]] || { echo "bench_prepare: $bcd not found: build first (scripts/setup.sh)" >&2; exit 2; }
+command -v spm_encode > /dev/null || { echo "bench_prepare: spm_encode not found (scripts/setup.sh installs sentencepiece)" >&2; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "bench_prepare: /usr/bin/time not found (scripts/setup.sh installs time)" >&2; exit 2; }
+[[ -d /usr/share/games/fortunes ]] || { echo "bench_prepare: /usr/share/games/fortunes missing (scripts/setup.sh installs fortunes)" >&2; exit 2; }
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/bcd-bench-prepare.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+
+# The tokenizer: the demo's (BPE, vocabulary 2048, trained on the fortunes).
+"$bcd" prepare --input /usr/share/games/fortunes --out "$dir/demo" --vocab-size 2048 > /dev/null
+model=$dir/demo/tokenizer.model
+
+# The text: the fortune files' records, repeated with a tag line until it is $mib MiB.
+src=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort)
+round=0
+: > "$dir/text.txt"
+while [[ $(stat -c %s "$dir/text.txt") -lt $((mib << 20)) ]]; do
+  echo "% round $round" >> "$dir/text.txt"
+  # shellcheck disable=SC2086
+  cat $src >> "$dir/text.txt"
+  round=$((round + 1))
+done
+bytes=$(stat -c %s "$dir/text.txt")
+echo "bench_prepare: $((bytes >> 20)) MiB of text, $(nproc) cores, $rounds rounds" >&2
+
+# Wall seconds and peak RSS (KiB) of a command, through GNU time.
+timed() {
+  /usr/bin/time -f "%e %M" -o "$dir/time" "$@" > "$dir/out" 2>&1 || { cat "$dir/out" >&2; exit 1; }
+}
+run_bcd() {
+  rm -rf "$dir/ds"
+  timed "$bcd" prepare --input "$dir/text.txt" --out "$dir/ds" --tokenizer "$model" --val-fraction 0
+  read -r bt bm < "$dir/time"
+  grep -o '[0-9]* train docs / [0-9]* tokens, [0-9]* val docs / [0-9]* tokens' "$dir/out" |
+    awk '{print $5 + $11}' > "$dir/bcd_tokens"
+  btok=$(cat "$dir/bcd_tokens")
+}
+run_spm() {
+  timed spm_encode --model "$model" --output_format id --input "$dir/text.txt" --output "$dir/ids.txt"
+  read -r st sm < "$dir/time"
+  stok=$(wc -w < "$dir/ids.txt")
+}
+
+ratios=() bcd_rates=() spm_rates=() bcd_rss=0 spm_rss=0
+for ((r = 0; r < rounds; r++)); do
+  if ((r % 2 == 0)); then
+    run_bcd; run_spm
+  else
+    run_spm; run_bcd
+  fi
+  brate=$(awk -v n="$btok" -v t="$bt" 'BEGIN{printf "%.0f", n / t}')
+  srate=$(awk -v n="$stok" -v t="$st" 'BEGIN{printf "%.0f", n / t}')
+  ratio=$(awk -v a="$brate" -v b="$srate" 'BEGIN{printf "%.4f", a / b}')
+  echo "round $((r + 1)): prepare ${bt}s ${btok} tokens ${brate} tokens/s ${bm} KiB | spm_encode ${st}s ${stok} tokens ${srate} tokens/s ${sm} KiB | ratio $ratio" >&2
+  ratios+=("$ratio") bcd_rates+=("$brate") spm_rates+=("$srate")
+  ((bm > bcd_rss)) && bcd_rss=$bm
+  ((sm > spm_rss)) && spm_rss=$sm
+done
+
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
+printf '{"bench":"prepare","text_mib":%d,"cores":%d,"rounds":%d,"prepare_tokens_per_s":%s,"spm_encode_tokens_per_s":%s,"prepare_peak_rss_mib":%d,"spm_encode_peak_rss_mib":%d,"ratios":[%s],"ratio":%s}\n' \
+  "$((bytes >> 20))" "$(nproc)" "$rounds" "$(median "${bcd_rates[@]}")" "$(median "${spm_rates[@]}")" \
+  "$((bcd_rss >> 10))" "$((spm_rss >> 10))" "$(IFS=,; echo "${ratios[*]}")" "$(median "${ratios[@]}")"
