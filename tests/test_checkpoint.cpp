@@ -33,7 +33,12 @@ void expect_same_state(const std::string& a, const std::string& b, const std::ve
   EXPECT_EQ(ra.attr_int("/", "step"), rb.attr_int("/", "step"));
   for (const char* k : {"epoch", "position", "step_in_visit", "active"})
     EXPECT_EQ(ra.attr_int("/scheduler", k), rb.attr_int("/scheduler", k)) << k;
-  for (const char* k : {"epoch", "cursor"}) EXPECT_EQ(ra.attr_int("/rank0/loader", k), rb.attr_int("/rank0/loader", k)) << k;
+  for (const char* k : {"epoch", "cursor", "drawn", "epoch_1", "cursor_1"}) {
+    ASSERT_EQ(ra.has_attr("/rank0/loader", k), rb.has_attr("/rank0/loader", k)) << k;
+    if (ra.has_attr("/rank0/loader", k)) {
+      EXPECT_EQ(ra.attr_int("/rank0/loader", k), rb.attr_int("/rank0/loader", k)) << k;
+    }
+  }
   auto same = [&](const std::string& ds) {
     ASSERT_EQ(ra.has(ds), rb.has(ds)) << ds;
     if (!ra.has(ds)) return;
@@ -62,6 +67,10 @@ class Checkpoints : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir("bcd-ckpt");
     auto r = test::prepare_fortunes(dir_->file("data"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // a second dataset for mixtures, with the same tokenizer
+    r = test::run_bcdtrain("prepare --input /usr/share/games/fortunes/science --out " + dir_->file("data-b") +
+                           " --tokenizer " + dir_->file("data/tokenizer.model"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() {
@@ -99,6 +108,9 @@ TEST_P(ExactResume, TwoNStraightEqualsNThenResumeN) {
   const Variant v = GetParam();
   const std::string straight = path(std::string("straight-") + v.name), split = path(std::string("split-") + v.name);
   std::string extra = v.extra;
+  if (extra.find("MIXTURE") != std::string::npos)  // the fortunes 3 : 1 with the science fortunes
+    extra.replace(extra.find("MIXTURE"), 7,
+                  "--data.path='' --data.paths='[\"" + path("data") + "\", \"" + path("data-b") + "\"]' --data.weights='[3, 1]'");
   if (extra.find("home=nvme") != std::string::npos)
     extra += " --memory.nvme_paths='[\"" + nvme(std::string("s-") + v.name) + "\"]'";
   auto a = test::run_bcdtrain(args(straight, extra + " --train.steps=20 --train.checkpoint_every=20"));
@@ -132,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(
     Variants, ExactResume,
     ::testing::Values(Variant{"Fp32KeepNvme", "--bcd.order=random --bcd.state_on_switch=keep --memory.home=nvme"},
                       Variant{"Fp32ResetHost", "--bcd.order=random --bcd.state_on_switch=reset --memory.home=host"},
-                      Variant{"Bf16KeepHost", "--bcd.order=ascending --bcd.state_on_switch=keep --train.dtype=bf16"}),
+                      Variant{"Bf16KeepHost", "--bcd.order=ascending --bcd.state_on_switch=keep --train.dtype=bf16"},
+                      Variant{"MixtureKeepHost", "--bcd.order=random --bcd.state_on_switch=keep MIXTURE"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(Checkpoints, SigtermCheckpointsThenResumeFinishesTheRun) {

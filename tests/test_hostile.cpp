@@ -27,7 +27,7 @@
 namespace bcd {
 namespace {
 
-enum class Kind { kInt, kFloat, kBool, kString, kList, kBytes };
+enum class Kind { kInt, kFloat, kBool, kString, kList, kFloatList, kBytes };
 
 // Collects (key, kind) of one section through its visit().
 struct KeyLister {
@@ -37,6 +37,7 @@ struct KeyLister {
   void operator()(const char* k, bool&, const char*) { keys.push_back({k, Kind::kBool}); }
   void operator()(const char* k, std::string&, const char*) { keys.push_back({k, Kind::kString}); }
   void operator()(const char* k, std::vector<std::string>&, const char*) { keys.push_back({k, Kind::kList}); }
+  void operator()(const char* k, std::vector<double>&, const char*) { keys.push_back({k, Kind::kFloatList}); }
   void operator()(const char* k, Bytes&, const char*) { keys.push_back({k, Kind::kBytes}); }
 };
 
@@ -48,6 +49,7 @@ std::vector<std::string> hostile_values(Kind k) {
     case Kind::kBool: return {"true", "false"};
     case Kind::kString: return {"''", "'nonsense'"};
     case Kind::kList: return {"[]", "['nonsense']"};
+    case Kind::kFloatList: return {"[]", "[-1.0]", "[0.0]", "[1e300, 1e300]"};
     case Kind::kBytes: return {"0", "1", "'1TiB'", "'auto'"};
   }
   return {};
@@ -150,7 +152,8 @@ TEST_F(HostileConfig, Model) { EXPECT_GT(sweep("model"), 0); }
 TEST_F(HostileConfig, Train) { EXPECT_GT(sweep("train"), 0); }
 TEST_F(HostileConfig, Optim) { EXPECT_GT(sweep("optim"), 0); }
 TEST_F(HostileConfig, Bcd) { EXPECT_GT(sweep("bcd"), 0); }
-TEST_F(HostileConfig, Data) { EXPECT_EQ(sweep("data"), 0); }  // no path but the prepared one is a dataset
+// No path but the prepared one is a dataset; paths = [] and weights = [] are the defaults.
+TEST_F(HostileConfig, Data) { EXPECT_EQ(sweep("data"), 2); }
 TEST_F(HostileConfig, Sample) { EXPECT_GT(sweep("sample"), 0); }
 TEST_F(HostileConfig, Memory) { EXPECT_GT(sweep("memory"), 0); }
 TEST_F(HostileConfig, Dist) { EXPECT_GT(sweep("dist"), 0); }

@@ -1,6 +1,7 @@
 // Tests of the reading side on synthetic token files (dataset_test_helpers.h): the DataLoader's
 // batch sequence against golden hashes of the in-memory loader it replaced, and TokenDataset's
 // windowed reads (ranges, widths, layouts, threads).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -304,6 +305,115 @@ TEST(TokenDataset, FileTruncatedAfterOpenFailsTheReadPastItsEnd) {
   // and a file already short is refused at open
   const std::string again = user_error_of([&] { TokenDataset::open(tmp.path()); });
   EXPECT_NE(again.find(file), std::string::npos) << again;
+}
+
+// ---- Mixtures ----
+
+// Two datasets whose ids tell them apart: A's in [0, 500), B's in [500, 1000) (B's val masked,
+// A's not, so mixed batches carry a mask that counts all of A's targets).
+struct MixtureFiles {
+  TempDir tmp{"bcd-mix"};
+  std::string a = tmp.file("a"), b = tmp.file("b");
+  MixtureFiles() {
+    test::TokenFile f;
+    f.vocab = kVocab;
+    f.train = test::pattern_tokens(4000, 500);  // a few hundred windows: epochs wrap within a test
+    f.val = test::pattern_tokens(900, 500, 7);
+    std::filesystem::create_directories(a);
+    test::write_token_file(a, f);
+    for (uint32_t& t : f.train) t += 500;
+    f.val = test::pattern_tokens(1500, 500, 11);
+    for (uint32_t& t : f.val) t += 500;
+    f.train_mask = test::pattern_mask(4000);
+    f.val_mask = test::pattern_mask(1500, 5);
+    std::filesystem::create_directories(b);
+    test::write_token_file(b, f);
+  }
+  std::vector<DataSource> sources(double wa, double wb) const {
+    return {DataSource{TokenDataset::open(a), wa}, DataSource{TokenDataset::open(b), wb}};
+  }
+};
+
+const MixtureFiles& mixture_files() {
+  static std::unique_ptr<MixtureFiles> m = std::make_unique<MixtureFiles>();
+  return *m;
+}
+
+// Over 2400 windows drawn 3 : 1, A's share is 0.75 within 0.04 (4 standard deviations), every
+// row is a window of its own dataset, and each dataset's windows are its epoch's in order.
+TEST(DataLoaderMixture, HonoursTheWeightsWithRealWindowsOfEachDataset) {
+  const MixtureFiles& mf = mixture_files();
+  const std::vector<DataSource> src = mf.sources(3, 1);
+  const int64_t B = 4, T = 17;
+  DataLoader dl(src, Split::kTrain, B, T, /*seed=*/9);
+  DataLoader only_a(src[0].ds, Split::kTrain, 1, T, /*seed=*/9, true, false);
+  const std::vector<int32_t> ta = src[0].ds.read_tokens(Split::kTrain), tb = src[1].ds.read_tokens(Split::kTrain);
+  int64_t from_a = 0, n = 0;
+  for (int i = 0; i < 600; ++i) {
+    const Batch batch = dl.next();
+    ASSERT_TRUE(batch.mask.defined()) << "B has a mask: the mixture's batches carry one";
+    for (int64_t r = 0; r < B; ++r, ++n) {
+      const int64_t* row = batch.tokens[r].data_ptr<int64_t>();
+      const bool a = row[0] < 500;
+      for (int64_t j = 0; j <= T; ++j) ASSERT_EQ(row[j] < 500, a) << "a row mixes datasets";
+      const std::vector<int32_t>& t = a ? ta : tb;
+      const auto at = std::search(t.begin(), t.end(), row, row + T + 1,
+                                  [](int32_t x, int64_t y) { return static_cast<int64_t>(x) == y; });
+      ASSERT_NE(at, t.end()) << "row " << n << " is no window of its dataset";
+      if (a) {  // A's windows come in the order A alone (seeded the same) hands them out
+        ++from_a;
+        const Batch alone = only_a.next();
+        EXPECT_TRUE(torch::equal(alone.tokens[0], batch.tokens[r])) << "A's window " << from_a;
+        EXPECT_EQ(batch.mask[r].sum().item<float>(), static_cast<float>(T)) << "A's targets all count";
+      }
+    }
+  }
+  const double share = static_cast<double>(from_a) / static_cast<double>(n);
+  EXPECT_NEAR(share, 0.75, 0.04) << from_a << " of " << n;
+  // an epoch of A is ~235 windows: A wrapped to a later epoch, and the state says so
+  EXPECT_GE(dl.state().epoch, 5u);
+  EXPECT_GE(dl.state().more.at(0).epoch, 1u);
+  EXPECT_EQ(dl.state().drawn, static_cast<uint64_t>(n));
+}
+
+// Stopping anywhere and restoring the state into a fresh loader continues the same batches,
+// across epochs of both datasets, with and without prefetch and as rank 1 of 2.
+TEST(DataLoaderMixture, RestoreContinuesExactly) {
+  const MixtureFiles& mf = mixture_files();
+  for (const auto& [rank, world] : {std::pair{0, 1}, std::pair{1, 2}}) {
+    for (int stop : {0, 7, 130}) {
+      SCOPED_TRACE(fmt::format("rank {} of {}, stop after {}", rank, world, stop));
+      DataLoader ref(mf.sources(0.6, 0.4), Split::kTrain, 3, 17, 4, true, true, rank, world);
+      for (int i = 0; i < stop; ++i) ref.next();
+      const LoaderState at = ref.state();
+      DataLoader resumed(mf.sources(0.6, 0.4), Split::kTrain, 3, 17, 4, true, stop % 2 == 0, rank, world);
+      resumed.restore(at);
+      EXPECT_EQ(resumed.state(), at);
+      for (int i = 0; i < 150; ++i) {
+        const Batch x = ref.next(), y = resumed.next();
+        ASSERT_TRUE(torch::equal(x.tokens, y.tokens)) << "batch " << stop + i;
+        ASSERT_TRUE(torch::equal(x.mask, y.mask)) << "batch " << stop + i;
+        ASSERT_EQ(x.divisor, y.divisor) << "batch " << stop + i;
+      }
+      EXPECT_EQ(ref.state(), resumed.state());
+    }
+  }
+}
+
+TEST(DataLoaderMixture, ForeignStatesAndBadWeightsAreRefused) {
+  const MixtureFiles& mf = mixture_files();
+  DataLoader mix(mf.sources(1, 1), Split::kTrain, 2, 17, 1);
+  DataLoader one(TokenDataset::open(mf.a), Split::kTrain, 2, 17, 1);
+  std::string msg = test::error_of([&] { mix.restore(one.state()); });
+  EXPECT_NE(msg.find("1 dataset(s), this loader mixes 2"), std::string::npos) << msg;
+  msg = test::error_of([&] { one.restore(mix.state()); });
+  EXPECT_NE(msg.find("2 dataset(s), this loader mixes 1"), std::string::npos) << msg;
+  LoaderState past = mix.state();
+  past.more[0].cursor = 100000;
+  msg = test::error_of([&] { mix.restore(past); });
+  EXPECT_NE(msg.find(mf.b), std::string::npos) << msg;
+  msg = test::error_of([&] { DataLoader(mf.sources(1, 0), Split::kTrain, 2, 17, 1); });
+  EXPECT_NE(msg.find("weight 0"), std::string::npos) << msg;
 }
 
 }  // namespace

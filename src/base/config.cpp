@@ -103,6 +103,22 @@ struct FieldReader {
     }
     f = std::move(out);
   }
+  void operator()(const char* key, std::vector<double>& f, const char*) {
+    known.insert(key);
+    const toml::node* n = tbl.get(key);
+    if (!n) return;
+    const toml::array* arr = n->as_array();
+    if (!arr) bad(key, *n, "an array of numbers");
+    std::vector<double> out;
+    for (const toml::node& e : *arr) {
+      if (auto v = e.as_floating_point()) out.push_back(v->get());
+      else if (auto i = e.as_integer()) out.push_back(static_cast<double>(i->get()));
+      else bad(key, e, "an array of numbers");
+      if (!std::isfinite(out.back()))
+        user_error("{}: [{}] {}: expected finite numbers, got {}", source, section, key, out.back());
+    }
+    f = std::move(out);
+  }
 };
 
 template <class Section>
@@ -168,6 +184,11 @@ struct FieldWriter {
   void operator()(const char* key, std::vector<std::string>& f, const char*) {
     toml::array a;
     for (const auto& s : f) a.push_back(s);
+    out.insert_or_assign(key, std::move(a));
+  }
+  void operator()(const char* key, std::vector<double>& f, const char*) {
+    toml::array a;
+    for (double d : f) a.push_back(d);
     out.insert_or_assign(key, std::move(a));
   }
 };

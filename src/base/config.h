@@ -159,10 +159,19 @@ struct OptimConfig {
 
 struct DataConfig {
   std::string path;               // dataset directory written by `bcdtrain prepare`
+  std::vector<std::string> paths; // instead of path: several datasets, mixed by weight
+  std::vector<double> weights;    // paths' shares of the training windows (empty: equal)
+
+  // path, or paths' first (the dataset whose tokenizer and attributes the run reports)
+  const std::string& first() const { return paths.empty() ? path : paths.front(); }
 
   template <class V>
   void visit(V& v) {
     v("path", path, "dataset directory written by `bcdtrain prepare`");
+    v("paths", paths,
+      "instead of path: several dataset directories (prepared with one tokenizer) mixed by `weights`; "
+      "each keeps its own resumable position");
+    v("weights", weights, "`paths`' shares of the training (and validation) windows; empty = equal shares");
   }
 };
 

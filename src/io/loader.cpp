@@ -24,11 +24,18 @@
 //   mask[start + 1, start + T + 1), and every rank reads and counts the mask over the whole
 //   global batch (all R*B windows, a byte each per target) so the loss divides by the global
 //   count (Batch::divisor) without a collective.
+//   Mixture of N datasets with shares p_i (weights over their sum): window number g of the
+//   sequence (LoaderState::drawn, counted over all ranks' rows) draws u_g uniform in [0, 1) from
+//   (seed, g) and takes the next window of the dataset i with p_0 + ... + p_{i-1} <= u_g <
+//   p_0 + ... + p_i, in that dataset's own epochs (seeded by seed for i = 0, by (seed, i) after),
+//   so dataset 0 alone would see exactly the windows it sees in the mixture, in the same order.
+//   A plain dataset's windows count every target in a mixture whose batches carry a mask.
 #include "io/loader.h"
 
 #include <tbb/task_group.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "base/error.h"
@@ -80,19 +87,28 @@ struct EpochPlan {
 
 }  // namespace
 
-struct DataLoader::Impl {
-  TokenDataset ds;  // read with pread: the prefetch task and the trainer may read it at once
-  Split split = Split::kTrain;
-  bool masked = false;  // the split has a loss mask; else every target counts
-  int64_t n_tokens = 0, batch = 0, seq = 0, n_shifts = 1, windows = 0;
-  int64_t rank = 0, world = 1;  // this rank's rows of a global batch of world * batch windows
+// One dataset of the loader (the only one, or one of a mixture) and where its windows lie.
+struct Source {
+  TokenDataset ds;
+  bool masked = false;  // the split has a loss mask
+  int64_t n_tokens = 0, n_shifts = 1, windows = 0;
   uint64_t seed = 0;
+  double share = 1;  // of the windows drawn
+  double upto = 1;   // a draw u in [0, 1) below this (and not below the previous source's) picks it
+  EpochPlan plan;    // used only by assemble(), which never runs on two threads at once
+};
+
+struct DataLoader::Impl {
+  std::vector<Source> src;  // read with pread: the prefetch task and the trainer may read at once
+  Split split = Split::kTrain;
+  bool masked = false;  // batches carry a mask: some source has one (the others' windows count all)
+  int64_t batch = 0, seq = 0;
+  int64_t rank = 0, world = 1;  // this rank's rows of a global batch of world * batch windows
+  uint64_t seed = 0, mix_seed = 0;
   bool shuffle = true, prefetch = true;
 
   LoaderState state;  // where the next call to next() starts
-  // Used only by assemble(), which never runs on two threads at once.
-  EpochPlan plan;
-  std::vector<uint8_t> window_mask;  // (T) one window's targets' mask entries
+  std::vector<uint8_t> window_mask;  // (T) one window's targets' mask entries; used only by assemble()
 
   // Prefetch: `ahead` (ending at `ahead_end`) is being built for `state` while `pending`.
   tbb::task_group tasks;
@@ -100,21 +116,31 @@ struct DataLoader::Impl {
   Batch ahead;
   LoaderState ahead_end;
 
-  const EpochPlan& plan_for(uint64_t epoch) {
+  const EpochPlan& plan_for(Source& s, uint64_t epoch) {
+    EpochPlan& plan = s.plan;
     if (plan.epoch == epoch) return plan;
     plan.epoch = epoch;
     plan.shift = 0;
     plan.order.clear();
     if (shuffle) {
-      Rng rng(seed, epoch);
-      plan.shift = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n_shifts)));
-      plan.order.resize(static_cast<size_t>(windows));
+      Rng rng(s.seed, epoch);
+      plan.shift = static_cast<int64_t>(rng.below(static_cast<uint64_t>(s.n_shifts)));
+      plan.order.resize(static_cast<size_t>(s.windows));
       for (size_t i = 0; i < plan.order.size(); ++i) plan.order[i] = i;
       for (size_t i = plan.order.size(); i > 1; --i) {
         std::swap(plan.order[i - 1], plan.order[rng.below(i)]);
       }
     }
     return plan;
+  }
+
+  // The source of window number g of the sequence: a pure function of (seed, g).
+  size_t pick(uint64_t g) const {
+    if (src.size() == 1) return 0;
+    const double u = static_cast<double>(mix64(mix_seed ^ mix64(g + kGolden)) >> 11) * 0x1.0p-53;
+    for (size_t i = 0; i + 1 < src.size(); ++i)
+      if (u < src[i].upto) return i;
+    return src.size() - 1;
   }
 
   // This rank's (B, T+1) rows of the global batch starting at `st`; advances `st` past all of it.
@@ -129,22 +155,30 @@ struct DataLoader::Impl {
       mdst = out.mask.data_ptr<float>();
     }
     for (int64_t g = 0; g < world * batch; ++g) {
-      const EpochPlan& p = plan_for(st.epoch);
-      const uint64_t w = p.order.empty() ? st.cursor : p.order[st.cursor];
+      const size_t i = pick(st.drawn);
+      Source& s = src[i];
+      uint64_t& epoch = i == 0 ? st.epoch : st.more[i - 1].epoch;
+      uint64_t& cursor = i == 0 ? st.cursor : st.more[i - 1].cursor;
+      const EpochPlan& p = plan_for(s, epoch);
+      const uint64_t w = p.order.empty() ? cursor : p.order[cursor];
       const int64_t start = p.shift + static_cast<int64_t>(w) * seq;
-      BCD_CHECK(start >= 0 && start + seq + 1 <= n_tokens, "window {} of epoch {}", w, st.epoch);
+      BCD_CHECK(start >= 0 && start + seq + 1 <= s.n_tokens, "window {} of epoch {} of {}", w, epoch, s.ds.dir());
       const bool mine = g / batch == rank;
-      if (mine) ds.read_tokens(split, start, seq + 1, dst + (g - rank * batch) * (seq + 1));
+      if (mine) s.ds.read_tokens(split, start, seq + 1, dst + (g - rank * batch) * (seq + 1));
       if (masked) {
         const uint8_t* m = window_mask.data();
-        ds.read_mask(split, start + 1, seq, window_mask.data());
+        if (s.masked)
+          s.ds.read_mask(split, start + 1, seq, window_mask.data());
+        else
+          std::fill(window_mask.begin(), window_mask.end(), uint8_t{1});
         if (mine) std::copy(m, m + seq, mdst + (g - rank * batch) * seq);
         counted += std::count(m, m + seq, uint8_t{1});
       }
-      if (++st.cursor == static_cast<uint64_t>(windows)) {
-        ++st.epoch;
-        st.cursor = 0;
+      if (++cursor == static_cast<uint64_t>(s.windows)) {
+        ++epoch;
+        cursor = 0;
       }
+      if (src.size() > 1) ++st.drawn;
     }
     out.divisor = masked ? static_cast<double>(counted) / static_cast<double>(world) : static_cast<double>(batch * seq);
     return out;
@@ -174,33 +208,59 @@ struct DataLoader::Impl {
 
 DataLoader::DataLoader(const TokenDataset& ds, Split split, int64_t batch_size, int64_t seq_len,
                        uint64_t seed, bool shuffle, bool prefetch, int rank, int world_size)
+    : DataLoader(std::vector<DataSource>{DataSource{ds, 1.0}}, split, batch_size, seq_len, seed, shuffle, prefetch,
+                 rank, world_size) {}
+
+DataLoader::DataLoader(std::vector<DataSource> sources, Split split, int64_t batch_size, int64_t seq_len,
+                       uint64_t seed, bool shuffle, bool prefetch, int rank, int world_size)
     : impl_(std::make_unique<Impl>()) {
   if (batch_size < 1) user_error("data loader: batch_size is {}, expected >= 1", batch_size);
   BCD_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank {} of {}", rank, world_size);
   if (seq_len < 1) user_error("data loader: seq_len is {}, expected >= 1", seq_len);
-  const int64_t n = ds.n_tokens(split);
-  if (n < seq_len + 1) {
-    user_error(
-        "dataset {}: the {} split holds {} tokens, fewer than seq_len + 1 = {} needed for "
-        "one window (use a smaller seq_len or more data)",
-        ds.dir(), split_name(split), n, seq_len + 1);
+  BCD_CHECK(!sources.empty(), "a loader needs a dataset");
+  double total = 0;
+  for (const DataSource& d : sources) {
+    if (!(d.weight > 0 && std::isfinite(d.weight)))
+      user_error("data loader: dataset {} has weight {}, expected a positive number", d.ds.dir(), d.weight);
+    total += d.weight;
   }
+  if (!std::isfinite(total)) user_error("data loader: the datasets' weights sum to {}, expected a finite sum", total);
   Impl& m = *impl_;
-  m.ds = ds;
+  double upto = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const TokenDataset& ds = sources[i].ds;
+    const int64_t n = ds.n_tokens(split);
+    if (n < seq_len + 1) {
+      user_error(
+          "dataset {}: the {} split holds {} tokens, fewer than seq_len + 1 = {} needed for "
+          "one window (use a smaller seq_len or more data)",
+          ds.dir(), split_name(split), n, seq_len + 1);
+    }
+    Source s;
+    s.ds = ds;
+    s.masked = ds.masked();
+    s.n_tokens = n;
+    s.n_shifts = shuffle ? std::min(seq_len, n - seq_len) : 1;
+    s.windows = (n - s.n_shifts) / seq_len;
+    BCD_CHECK(s.windows >= 1, "n={} T={} S={}", n, seq_len, s.n_shifts);
+    s.seed = i == 0 ? seed : mix64(seed ^ mix64(i * kGolden));
+    s.share = sources[i].weight / total;
+    upto += s.share;
+    s.upto = i + 1 == sources.size() ? 1.0 : upto;
+    m.masked |= s.masked;
+    m.src.push_back(std::move(s));
+  }
   m.split = split;
-  m.masked = ds.masked();
   if (m.masked) m.window_mask.resize(static_cast<size_t>(seq_len));
-  m.n_tokens = n;
   m.batch = batch_size;
   m.seq = seq_len;
   m.seed = seed;
+  m.mix_seed = mix64(seed ^ 0x6d69787475726573ULL);  // "mixtures"
   m.shuffle = shuffle;
   m.prefetch = prefetch;
   m.rank = rank;
   m.world = world_size;
-  m.n_shifts = shuffle ? std::min(seq_len, n - seq_len) : 1;
-  m.windows = (n - m.n_shifts) / seq_len;
-  BCD_CHECK(m.windows >= 1, "n={} T={} S={}", n, seq_len, m.n_shifts);
+  m.state.more.resize(m.src.size() - 1);
 }
 
 DataLoader::~DataLoader() {
@@ -233,20 +293,39 @@ LoaderState DataLoader::state() const { return impl_->state; }
 
 void DataLoader::restore(const LoaderState& s) {
   Impl& m = *impl_;
-  if (s.cursor > static_cast<uint64_t>(m.windows)) {
+  if (s.more.size() + 1 != m.src.size()) {
     user_error(
-        "loader state (epoch {}, cursor {}) is past the {} windows per epoch of this split "
-        "(was it saved with a different dataset, seq_len or shuffle setting?)",
-        s.epoch, s.cursor, m.windows);
+        "loader state holds positions in {} dataset(s), this loader mixes {} (was it saved with another "
+        "[data] path or paths?)",
+        s.more.size() + 1, m.src.size());
+  }
+  for (size_t i = 0; i < m.src.size(); ++i) {
+    const uint64_t epoch = i == 0 ? s.epoch : s.more[i - 1].epoch;
+    const uint64_t cursor = i == 0 ? s.cursor : s.more[i - 1].cursor;
+    if (cursor > static_cast<uint64_t>(m.src[i].windows)) {
+      user_error(
+          "loader state (epoch {}, cursor {}) is past the {} windows per epoch of this split{} "
+          "(was it saved with a different dataset, seq_len or shuffle setting?)",
+          epoch, cursor, m.src[i].windows, m.src.size() > 1 ? " of " + m.src[i].ds.dir() : std::string());
+    }
   }
   m.drop();
   m.state = s;
-  if (m.state.cursor == static_cast<uint64_t>(m.windows)) {  // the same point, normalized
-    ++m.state.epoch;
-    m.state.cursor = 0;
+  for (size_t i = 0; i < m.src.size(); ++i) {
+    uint64_t& epoch = i == 0 ? m.state.epoch : m.state.more[i - 1].epoch;
+    uint64_t& cursor = i == 0 ? m.state.cursor : m.state.more[i - 1].cursor;
+    if (cursor == static_cast<uint64_t>(m.src[i].windows)) {  // the same point, normalized
+      ++epoch;
+      cursor = 0;
+    }
   }
 }
 
-int64_t DataLoader::windows_per_epoch() const { return impl_->windows; }
+int64_t DataLoader::windows_per_epoch() const {
+  const Impl& m = *impl_;
+  double w = static_cast<double>(m.src[0].windows) / m.src[0].share;
+  for (const Source& s : m.src) w = std::min(w, static_cast<double>(s.windows) / s.share);
+  return std::max<int64_t>(1, static_cast<int64_t>(w));
+}
 
 }  // namespace bcd

@@ -414,9 +414,9 @@ int run(int argc, char** argv) {
     Config cfg = load_config(config_file, overrides);
     ModelConfig mc = resolve_model_config(cfg.model);
     if (mc.vocab_size == 0) {
-      if (cfg.data.path.empty())
+      if (cfg.data.first().empty())
         user_error("plan: [model] vocab_size is 0 and [data] path is empty: set model.vocab_size");
-      mc.vocab_size = TokenDataset::open(cfg.data.path).vocab_size();
+      mc.vocab_size = TokenDataset::open(cfg.data.first()).vocab_size();
     }
     // A GPU run's compute_bytes = auto is the GPU's memory, when one is usable here.
     const torch::Device device = cfg.train.device != "cpu" ? resolve_device("auto") : torch::Device(torch::kCPU);
@@ -459,7 +459,7 @@ int run(int argc, char** argv) {
     if (prompts.empty()) prompts = cfg.sample.prompts;
     if (prompts.empty()) user_error("generate: no --prompt given and the run's [sample] prompts are empty");
     const std::optional<ChatTemplate> chat =
-        sample_chat_template(gen_chat.empty() ? cfg.sample.chat_template : gen_chat, cfg.data.path);
+        sample_chat_template(gen_chat.empty() ? cfg.sample.chat_template : gen_chat, cfg.data.first());
     for (size_t i = 0; i < prompts.size(); ++i) {
       fmt::print("--- sample {} ---\n{}\n", i + 1,
                  chat ? generate_chat(model, tok, *chat, prompts[i], so, seed + i)
@@ -496,7 +496,7 @@ int run(int argc, char** argv) {
     const TrainedModel m = trained_model("eval", run_dir, from_checkpoint);
     const Config& cfg = m.cfg;
     LlamaModel model = load_trained_model(m);
-    TokenDataset ds = TokenDataset::open(data_dir.empty() ? cfg.data.path : data_dir);
+    TokenDataset ds = TokenDataset::open(data_dir.empty() ? cfg.data.first() : data_dir);
     // A loss on tokens of another tokenizer means nothing: the dataset must use the run's.
     const std::string& run_tok = m.tokenizer;
     if (read_file(ds.tokenizer_path(), "tokenizer") != read_file(run_tok, "tokenizer"))

@@ -36,9 +36,41 @@ torch::Device start_compute(const TrainConfig& tc, const DistEnv& env) {
   return resolve_device(tc.device, env.local_rank);
 }
 
-TokenDataset open_dataset(const DataConfig& data) {
-  if (data.path.empty()) user_error("config: [data] path is required (a directory from `bcdtrain prepare`)");
-  return TokenDataset::open(data.path);
+// [data] path, or paths mixed by weights. A mixture's datasets must share one tokenizer (the same
+// ids for the same words) and its vocabulary; the first one's stands for all of them.
+std::vector<DataSource> open_sources(const DataConfig& data) {
+  if (!data.paths.empty() && !data.path.empty())
+    user_error("config: [data] has both path and paths; give path for one dataset, paths for a mixture");
+  if (data.paths.empty()) {
+    if (!data.weights.empty()) user_error("config: [data] weights are given without paths (they weigh paths' datasets)");
+    if (data.path.empty())
+      user_error("config: [data] path is required (a directory from `bcdtrain prepare`), or paths for a mixture");
+    return {DataSource{TokenDataset::open(data.path), 1.0}};
+  }
+  if (!data.weights.empty() && data.weights.size() != data.paths.size())
+    user_error("config: [data] weights holds {} numbers for {} paths, expected one weight per path (or none: equal)",
+               data.weights.size(), data.paths.size());
+  double total = 0;
+  for (double w : data.weights) {
+    if (!(w > 0) || w > 1e12)
+      user_error("config: [data] weights: {} is not a weight, expected positive numbers (relative shares, at most 1e12)", w);
+    total += w;
+  }
+  std::vector<DataSource> out;
+  std::string first_tokenizer;
+  for (size_t i = 0; i < data.paths.size(); ++i) {
+    DataSource s{TokenDataset::open(data.paths[i]), data.weights.empty() ? 1.0 : data.weights[i] / total};
+    const std::string tok = read_file(s.ds.tokenizer_path(), "tokenizer model");
+    if (i == 0) {
+      first_tokenizer = tok;
+    } else if (tok != first_tokenizer || s.ds.vocab_size() != out[0].ds.vocab_size()) {
+      user_error("config: [data] paths: {} was tokenized with another tokenizer than {} (a mixture needs one: "
+                 "prepare every dataset with --tokenizer {})",
+                 data.paths[i], data.paths[0], out[0].ds.tokenizer_path());
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 // The model's shape (from HF config.json, an init_from file or [model]) checked against the data,
@@ -54,16 +86,17 @@ Tokenizer dataset_tokenizer(const TokenDataset& ds) {
   return tok;
 }
 
-MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& device, int local_ranks, int shards,
+MemoryPlan plan_run(Config& cfg, const std::vector<DataSource>& sources, const torch::Device& device, int local_ranks, int shards,
                     MemoryAccounting& acct) {
   const TrainConfig& tc = cfg.train;
   // Validation needs at least one window; checked up front so the run does not fail at the end.
-  { DataLoader probe(ds, Split::kVal, 1, tc.seq_len, 0, false, false); }
+  { DataLoader probe(sources, Split::kVal, 1, tc.seq_len, 0, false, false); }
+  const TokenDataset& ds = sources.front().ds;
   ModelConfig mc = resolve_model_config(cfg.model);
   if (mc.vocab_size == 0) mc.vocab_size = ds.vocab_size();
   if (mc.vocab_size < ds.vocab_size())
     user_error("config: [model] vocab_size {} is smaller than the dataset's tokenizer vocabulary {} ({})",
-               mc.vocab_size, ds.vocab_size(), cfg.data.path);
+               mc.vocab_size, ds.vocab_size(), cfg.data.first());
   if (tc.seq_len > mc.max_seq_len)
     user_error("config: [train] seq_len ({}) exceeds the model's max_seq_len ({})", tc.seq_len, mc.max_seq_len);
   // Initial weights learned on another tokenizer's ids would be trained on words they never saw.
@@ -71,7 +104,7 @@ MemoryPlan plan_run(Config& cfg, const TokenDataset& ds, const torch::Device& de
   if (!init_tok.empty() && read_file(init_tok, "tokenizer") != read_file(ds.tokenizer_path(), "tokenizer"))
     user_error("config: [model] init_from {} comes with the tokenizer {}, but the dataset {} was tokenized with "
                "another one ({}): prepare the data with --tokenizer {}",
-               cfg.model.init_from, init_tok, cfg.data.path, ds.tokenizer_path(), init_tok);
+               cfg.model.init_from, init_tok, cfg.data.first(), ds.tokenizer_path(), init_tok);
   cfg.model = mc;
 
   // A mistyped NVMe path would surface only when a larger run first needs the tier.
@@ -148,11 +181,12 @@ RunSetup::RunSetup(Config config, std::string resume)
       device(start_compute(cfg.train, dist_env)),
       pg(ProcessGroup::connect(dist_env, cfg.dist, device)),
       reducer(pg->world_size() > 1 ? std::make_unique<GradReducer>(*pg, cfg.dist.bucket_bytes.value) : nullptr),
-      ds(open_dataset(cfg.data)),
+      sources(open_sources(cfg.data)),
+      ds(sources.front().ds),
       tok(dataset_tokenizer(ds)),
-      train_loader(ds, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
+      train_loader(sources, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
-      plan(plan_run(cfg, ds, device, dist_env.local_world_size, shards(), acct)),
+      plan(plan_run(cfg, sources, device, dist_env.local_world_size, shards(), acct)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
       model(cfg.model, working_options(cfg.train, device), std::nullopt),  // drawn or read below, once
       working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model)),
@@ -291,9 +325,11 @@ std::vector<std::string> RunSetup::banner() const {
   lines.push_back(fmt::format("model: {} layers, d_model {}, {} heads ({} kv), vocab {}, {:.2f}M parameters in {} blocks",
                               mc.n_layers, mc.d_model, mc.n_heads, mc.kv_heads(), mc.vocab_size,
                               static_cast<double>(model.num_params()) / 1e6, model.n_blocks()));
-  lines.push_back(fmt::format("data: {} train / {} val tokens ({}), unigram val loss {:.4f}",
-                              ds.n_tokens(Split::kTrain), ds.n_tokens(Split::kVal), cfg.data.path,
-                              ds.unigram_val_loss()));
+  for (const DataSource& s : sources)
+    lines.push_back(fmt::format("data: {} train / {} val tokens ({}{}), unigram val loss {:.4f}",
+                                s.ds.n_tokens(Split::kTrain), s.ds.n_tokens(Split::kVal), s.ds.dir(),
+                                sources.size() > 1 ? fmt::format(", {:.1f}% of the windows", 100 * s.weight) : "",
+                                s.ds.unigram_val_loss()));
   lines.push_back(fmt::format("train: {} steps x {} tokens/step, {} AdamW ({}) lr {:g}, {} working weights, on {}{}",
                               tc.steps, tokens_per_step(), cfg.optim.impl,
                               bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, tc.dtype,

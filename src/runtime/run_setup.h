@@ -77,7 +77,8 @@ class RunSetup {
   const torch::Device device;    // resolved before anything is read; cuda:LOCAL_RANK on GPUs
   std::unique_ptr<ProcessGroup> pg;  // the ranks (one, without a launcher), joined before anything is read
   std::unique_ptr<GradReducer> reducer;  // more than one rank only
-  TokenDataset ds;
+  std::vector<DataSource> sources;  // [data] path, or paths with their weights
+  TokenDataset ds;                  // the first of them: its tokenizer and attributes (all share them)
   Tokenizer tok;
   DataLoader train_loader;
   MemoryAccounting acct;         // budgets from the plan

@@ -72,6 +72,13 @@ void write_checkpoint_file(RunSetup& run, int64_t step, const std::string& token
   const std::string loader = rank_group(0) + "/loader";
   w.attr(loader, "epoch", static_cast<int64_t>(ls.epoch));
   w.attr(loader, "cursor", static_cast<int64_t>(ls.cursor));
+  if (!ls.more.empty()) {  // a mixture: windows drawn, and every other dataset's position
+    w.attr(loader, "drawn", static_cast<int64_t>(ls.drawn));
+    for (size_t i = 0; i < ls.more.size(); ++i) {
+      w.attr(loader, fmt::format("epoch_{}", i + 1), static_cast<int64_t>(ls.more[i].epoch));
+      w.attr(loader, fmt::format("cursor_{}", i + 1), static_cast<int64_t>(ls.more[i].cursor));
+    }
+  }
   if (opt.shard_count() == 1) {
     write_optimizer_state(opt, run.units, 0, w);
   } else {
@@ -168,6 +175,26 @@ int64_t read_train_state(RunSetup& run, const std::string& path) {
   LoaderState ls;
   ls.epoch = static_cast<uint64_t>(ck.attr_int(loader, "epoch"));
   ls.cursor = static_cast<uint64_t>(ck.attr_int(loader, "cursor"));
+  ls.more.resize(run.train_loader.state().more.size());
+  if (!ls.more.empty()) {
+    if (!ck.has_attr(loader, "drawn"))
+      user_error("{}: {} holds one dataset's position, but this run mixes {} datasets ([data] paths); resume it "
+                 "with the data it was saved with",
+                 path, loader, ls.more.size() + 1);
+    ls.drawn = static_cast<uint64_t>(ck.attr_int(loader, "drawn"));
+    for (size_t i = 0; i < ls.more.size(); ++i) {
+      const std::string e = fmt::format("epoch_{}", i + 1), c = fmt::format("cursor_{}", i + 1);
+      if (!ck.has_attr(loader, e) || !ck.has_attr(loader, c))
+        user_error("{}: {} holds the positions of fewer datasets than the {} this run mixes ([data] paths)", path,
+                   loader, ls.more.size() + 1);
+      ls.more[i] = SourcePosition{static_cast<uint64_t>(ck.attr_int(loader, e)),
+                                  static_cast<uint64_t>(ck.attr_int(loader, c))};
+    }
+  } else if (ck.has_attr(loader, "drawn")) {
+    user_error("{}: {} holds a mixture of datasets' positions, but this run reads one dataset ([data] path); "
+               "resume it with the data it was saved with",
+               path, loader);
+  }
   run.train_loader.restore(ls);
 
   // The optimizer state: whole units in this file (/rank0/optimizer), or rank k of n's slice in

@@ -270,7 +270,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     sum.steps = step;  // done (a failure's summary says how far the run got)
 
     if (validate) {                                                             // validate
-      s.val_loss = evaluate_val_loss(run.model, run.ds, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
+      s.val_loss = evaluate_val_loss(run.model, run.sources, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
       sum.final_val_loss = s.val_loss;
     }
     if (logs) {                                                                 // log
@@ -335,7 +335,7 @@ std::string write_samples(RunSetup& run, TrainSummary& sum) {
   so.top_k = run.cfg.sample.top_k;
   so.top_p = run.cfg.sample.top_p;
   std::string samples_txt;
-  const std::optional<ChatTemplate> chat = sample_chat_template(run.cfg.sample.chat_template, run.cfg.data.path);
+  const std::optional<ChatTemplate> chat = sample_chat_template(run.cfg.sample.chat_template, run.cfg.data.first());
   for (size_t i = 0; i < run.cfg.sample.prompts.size(); ++i) {
     const std::string& prompt = run.cfg.sample.prompts[i];
     const auto seed = static_cast<uint64_t>(tc.seed) + i;
@@ -372,11 +372,18 @@ void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, 
 
 double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_t batch_size,
                          int64_t seq_len, int64_t batches, ProcessGroup* pg) {
+  return evaluate_val_loss(model, std::vector<DataSource>{DataSource{ds, 1.0}}, batch_size, seq_len, batches, pg);
+}
+
+double evaluate_val_loss(const LlamaModel& model, const std::vector<DataSource>& sources, int64_t batch_size,
+                         int64_t seq_len, int64_t batches, ProcessGroup* pg) {
   torch::NoGradGuard ng;
   // Data parallel: a batch is the ranks' rows of a global batch of R * batch_size windows (as in
   // training), so R ranks see the windows one rank with R times the batch would.
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->world_size() : 1;
-  DataLoader val(ds, Split::kVal, batch_size, seq_len, /*seed=*/0, /*shuffle=*/false, /*prefetch=*/false, rank, world);
+  // A mixture's validation draws from its datasets' validation splits with the training weights.
+  DataLoader val(sources, Split::kVal, batch_size, seq_len, /*seed=*/0, /*shuffle=*/false, /*prefetch=*/false, rank, world);
+  const bool masked = std::any_of(sources.begin(), sources.end(), [](const DataSource& s) { return s.ds.masked(); });
   // Never count a window twice: at most one pass over the validation split.
   const int64_t max_batches = std::max<int64_t>(1, val.windows_per_epoch() / (batch_size * world));
   const int64_t n = std::min(batches, max_batches);
@@ -392,7 +399,7 @@ double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_
   }
   double sum = total.item<double>();
   if (pg) sum = pg->sum_over_ranks({sum})[0];
-  if (ds.masked()) return counted > 0 ? sum / counted : NAN;  // NaN: no response token in the batches read
+  if (masked) return counted > 0 ? sum / counted : NAN;  // NaN: no response token in the batches read
   return sum / world / static_cast<double>(n);
 }
 
@@ -462,7 +469,8 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   for (const std::string& line : run.banner()) say(line);
 
   sum.num_params = run.model.num_params();
-  sum.unigram_val_loss = run.ds.unigram_val_loss();
+  sum.unigram_val_loss = 0;  // a mixture: its datasets' baselines by weight
+  for (const DataSource& s : run.sources) sum.unigram_val_loss += s.weight * s.ds.unigram_val_loss();
   const double train_s = train_loop(run, log ? &*log : nullptr, sum, console);
   // Nothing reads the NVMe tier's files after the run (a resume reads its checkpoint): they go,
   // GBs for a 7B model, unless memory.keep_nvme_state.

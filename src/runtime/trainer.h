@@ -46,5 +46,8 @@ TrainSummary run_training(Config cfg, bool quiet = false, const std::string& res
 // process group of several ranks, the batches are shared out and the sum reduced.
 double evaluate_val_loss(const LlamaModel& model, const TokenDataset& ds, int64_t batch_size,
                          int64_t seq_len, int64_t batches, ProcessGroup* pg = nullptr);
+// The same over a mixture's validation splits, drawn with its weights ([data] paths).
+double evaluate_val_loss(const LlamaModel& model, const std::vector<DataSource>& sources, int64_t batch_size,
+                         int64_t seq_len, int64_t batches, ProcessGroup* pg = nullptr);
 
 }  // namespace bcd
