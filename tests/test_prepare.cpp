@@ -161,6 +161,21 @@ TEST(StreamingPrepare, JsonlTextRecordsAreDocuments) {
   EXPECT_EQ(prepare_dataset(opt).n_bad_records, 1);
 }
 
+// An interrupted prepare's temporary directory is pointed out, not deleted, and a new prepare runs.
+TEST(StreamingPrepare, ALeftoverOfAnInterruptedPrepareIsPointedOut) {
+  if (!fs::is_directory(kFortuneDir)) GTEST_SKIP() << kFortuneDir << " is missing (Debian package fortunes-min)";
+  TempDir tmp("bcd-stream");
+  const std::string stale = tmp.file("ds.tmp-999999999");  // above any pid_max: no such process
+  fs::create_directories(stale);
+  test::write_text(stale + "/train.tokens", "half written");
+  auto r = test::run_bcdtrain("prepare --input " + std::string(kFortuneDir) + "/science --out " + tmp.file("ds") +
+                              " --vocab-size 400");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(stale + " is left from an interrupted prepare"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(stale + "/train.tokens"));
+  EXPECT_TRUE(fs::exists(tmp.file("ds/tokens.h5")));
+}
+
 TEST(StreamingPrepare, MemoryLimitIsChecked) {
   PrepareOptions opt;
   opt.inputs = {"x"};

@@ -8,6 +8,7 @@
 
 #include <H5Cpp.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <nlohmann/json.hpp>
 #include <sys/statvfs.h>
 #include <tbb/parallel_for.h>
@@ -666,6 +667,21 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   if (opt.memory_mb < 16) user_error("prepare: memory_mb is {}, expected at least 16 (MiB)", opt.memory_mb);
   if (opt.threads < 0) user_error("prepare: threads is {}, expected 0 (every core) or more", opt.threads);
   const ChatTemplate chat = chat_template_from_name(opt.chat_template);
+  // An interrupted prepare left its temporary directory: say so (it may be large), but leave it to
+  // the user, since a prepare on another machine sharing this file system may still be writing it.
+  {
+    const std::string prefix = out.filename().string() + ".tmp-";
+    const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+    for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string pid = name.substr(prefix.size());
+      if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH)
+        fmt::print(stderr, "prepare: {} is left from an interrupted prepare (process {} is gone here): remove it\n",
+                   e.path().string(), pid);
+    }
+  }
 
   // Memory: up to `live` chunks of kChunk bytes of text are in the pipeline at once, each with
   // its tokens (about as many bytes again) and at most one document of max_doc bytes over; the
