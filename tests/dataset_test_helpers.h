@@ -4,11 +4,30 @@
 #pragma once
 
 #include <H5Cpp.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "base/error.h"
+
+namespace bcd {
+
+// The message of the UserError `f` throws; a test failure (and "") when it throws none.
+template <class F>
+std::string user_error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UserError";
+  return {};
+}
+
+}  // namespace bcd
 
 namespace bcd::test {
 

@@ -51,17 +51,6 @@ std::vector<std::string> fortune_records() {
   return out;
 }
 
-template <class F>
-std::string user_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return {};
-}
-
 // Names in `dir` other than `keep`: leftovers of a failed or replaced prepare.
 std::vector<std::string> entries_except(const std::string& dir, const std::set<std::string>& keep) {
   std::vector<std::string> out;

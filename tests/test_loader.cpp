@@ -116,17 +116,6 @@ TEST(DataLoader, BatchesMatchTheInMemoryLoader) {
 
 // ---- TokenDataset reads ----
 
-template <class F>
-std::string user_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return {};
-}
-
 // (start, count) of `n` windows spread over a split of `len` tokens: short ones (a batch row),
 // long ones crossing the reader's staging size, both ends of the split, empty ones.
 std::vector<std::pair<int64_t, int64_t>> some_windows(int64_t len, int n) {

@@ -42,16 +42,21 @@ inline void write_attr(H5::H5Object& obj, const char* name, double v) {
       .write(H5::PredType::NATIVE_DOUBLE, &v);
 }
 
-template <class T>
-T read_num_attr(const H5::H5Object& obj, const char* name, const H5::PredType& mem,
-                const std::string& path) {
+// The root attribute `name` of a dataset file; UserError naming the file when it is missing.
+inline H5::Attribute open_attr(const H5::H5Object& obj, const char* name, const std::string& path) {
   if (!obj.attrExists(name)) {
     user_error(
         "dataset file {} lacks the root attribute '{}' (expected a file written by "
         "`bcdtrain prepare`)",
         path, name);
   }
-  H5::Attribute a = obj.openAttribute(name);
+  return obj.openAttribute(name);
+}
+
+template <class T>
+T read_num_attr(const H5::H5Object& obj, const char* name, const H5::PredType& mem,
+                const std::string& path) {
+  H5::Attribute a = open_attr(obj, name, path);
   if (a.getSpace().getSimpleExtentNpoints() != 1 || a.getTypeClass() == H5T_STRING) {
     user_error("dataset file {}: attribute '{}' is not a single number", path, name);
   }
@@ -61,13 +66,7 @@ T read_num_attr(const H5::H5Object& obj, const char* name, const H5::PredType& m
 }
 
 inline std::string read_str_attr(const H5::H5Object& obj, const char* name, const std::string& path) {
-  if (!obj.attrExists(name)) {
-    user_error(
-        "dataset file {} lacks the root attribute '{}' (expected a file written by "
-        "`bcdtrain prepare`)",
-        path, name);
-  }
-  H5::Attribute a = obj.openAttribute(name);
+  H5::Attribute a = open_attr(obj, name, path);
   if (a.getTypeClass() != H5T_STRING) {
     user_error("dataset file {}: attribute '{}' is not a string", path, name);
   }
