@@ -9,7 +9,6 @@
 #include <H5Cpp.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <nlohmann/json.hpp>
 #include <sys/statvfs.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
@@ -28,6 +27,7 @@
 #include <system_error>
 
 #include "io/chat.h"
+#include "io/documents.h"
 #include "io/h5_util.h"
 #include "io/tokenizer.h"
 #include "base/bytes.h"
@@ -48,323 +48,12 @@ using h5::quiet_hdf5;
 using h5::rethrow_hdf5;
 using h5::write_attr;
 
-constexpr size_t kReadBlock = size_t{1} << 20;       // bytes per read() of an input
-constexpr uint64_t kFortuneSniff = uint64_t{64} << 20;  // a "%" line this early: a fortune file
 constexpr size_t kWriteBuffer = size_t{1} << 20;     // per raw output file
 constexpr size_t kCopyBlock = size_t{8} << 20;       // raw file -> HDF5 dataset, per write
-
-// ---- Reading inputs ----
-
-// Directories contribute their plain files, sorted by name; fortune-style indexes (.dat, .u8),
-// hidden files and symlinks are skipped so `/usr/share/games/fortunes` works as is.
-std::vector<fs::path> list_input_files(const std::vector<std::string>& inputs) {
-  if (inputs.empty()) user_error("prepare: no inputs given (expected files or directories)");
-  std::vector<fs::path> files;
-  for (const std::string& input : inputs) {
-    std::error_code ec;
-    fs::file_status st = fs::status(input, ec);
-    if (!fs::exists(st))
-      user_error("input {} does not exist (expected a file or directory)", input);
-    if (fs::is_regular_file(st)) {
-      files.emplace_back(input);
-      continue;
-    }
-    if (!fs::is_directory(st)) {
-      user_error("input {} is neither a regular file nor a directory", input);
-    }
-    std::vector<fs::path> found;
-    for (const fs::directory_entry& e : fs::directory_iterator(input, ec)) {
-      std::string name = e.path().filename().string();
-      if (name.empty() || name[0] == '.') continue;
-      auto ends_with = [&](std::string_view suffix) {
-        return name.size() >= suffix.size() &&
-               name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-      };
-      if (ends_with(".dat") || ends_with(".u8")) continue;
-      std::error_code ec2;
-      if (e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
-      found.push_back(e.path());
-    }
-    if (ec) user_error("cannot list input directory {}: {}", input, ec.message());
-    std::sort(found.begin(), found.end(),
-              [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
-    files.insert(files.end(), found.begin(), found.end());
-  }
-  if (files.empty()) {
-    user_error(
-        "prepare: the inputs hold no plain files (hidden, .dat, .u8 and symlinked files "
-        "in directories are skipped)");
-  }
-  return files;
-}
-
-std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\r\n\v\f";
-  size_t b = s.find_first_not_of(kSpace);
-  if (b == std::string_view::npos) return {};
-  size_t e = s.find_last_not_of(kSpace);
-  return s.substr(b, e - b + 1);
-}
-
-bool is_percent_line(std::string_view line) { return line == "%" || line == "%\r"; }
 
 [[noreturn]] void io_error(const char* what, const std::string& path) {
   user_error("prepare: cannot {} {}: {}", what, path, std::strerror(errno));
 }
-
-// A file's lines (without their '\n'), read in blocks. A line longer than max_line comes in
-// pieces of at most max_line bytes, cut at a UTF-8 character boundary; `whole` is false on every
-// piece but the line's last. The view stays valid until the next call.
-class LineReader {
- public:
-  LineReader(std::string path, size_t max_line) : path_(std::move(path)), max_line_(max_line) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) io_error("open", path_);
-  }
-  ~LineReader() { ::close(fd_); }
-  LineReader(const LineReader&) = delete;
-  LineReader& operator=(const LineReader&) = delete;
-
-  bool next(std::string_view* line, bool* whole) {
-    for (;;) {
-      // a '\n' at begin_ + max_line_ still ends a line of max_line_ bytes
-      const size_t limit = std::min(end_, begin_ + max_line_ + 1);
-      if (scan_ < limit) {
-        const void* nl = std::memchr(buf_.data() + scan_, '\n', limit - scan_);
-        if (nl) {
-          const auto at = static_cast<size_t>(static_cast<const char*>(nl) - buf_.data());
-          return hand_out(at - begin_, at + 1, true, line, whole);
-        }
-        scan_ = limit;
-      }
-      if (end_ - begin_ > max_line_) {  // no '\n' in the first max_line_ + 1 bytes: a piece
-        size_t cut = max_line_;
-        // 10xxxxxx is a UTF-8 continuation byte: step back to the start of the character
-        while (cut > 0 && (static_cast<unsigned char>(buf_[begin_ + cut]) & 0xC0) == 0x80) --cut;
-        if (cut == 0) cut = max_line_;  // not UTF-8 at all; any cut will do
-        return hand_out(cut, begin_ + cut, false, line, whole);
-      }
-      if (eof_) return begin_ < end_ && hand_out(end_ - begin_, end_, true, line, whole);
-      fill();
-    }
-  }
-  int64_t line_no() const { return line_no_; }  // 1-based, of the line last handed out
-  uint64_t bytes_read() const { return read_; }
-  const std::string& path() const { return path_; }
-
- private:
-  bool hand_out(size_t len, size_t next_begin, bool whole, std::string_view* line, bool* w) {
-    if (!continued_) ++line_no_;
-    *line = std::string_view(buf_.data() + begin_, len);
-    *w = whole;
-    continued_ = !whole;
-    begin_ = next_begin;
-    scan_ = std::max(scan_, begin_);  // [begin_, scan_) was searched: it holds no '\n'
-    return true;
-  }
-  void fill() {
-    if (begin_ > 0) {  // keep the unfinished line, at the front
-      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      scan_ -= begin_;
-      begin_ = 0;
-    }
-    if (buf_.size() < end_ + kReadBlock) buf_.resize(end_ + kReadBlock);
-    ssize_t n;
-    do n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) io_error("read", path_);
-    if (n == 0) eof_ = true;
-    end_ += static_cast<size_t>(n);
-    read_ += static_cast<uint64_t>(n);
-  }
-
-  std::string path_;
-  size_t max_line_;
-  int fd_ = -1;
-  std::vector<char> buf_;
-  size_t begin_ = 0, end_ = 0, scan_ = 0;  // unread bytes [begin_, end_); no '\n' in [begin_, scan_)
-  bool eof_ = false, continued_ = false;
-  int64_t line_no_ = 0;
-  uint64_t read_ = 0;
-};
-
-enum class Format { kParagraphs, kFortune, kTextJsonl, kChatJsonl };
-
-struct Input {
-  fs::path path;
-  Format format;
-  uint64_t bytes;
-};
-
-// A fortune file holds a line of only "%" within its first kFortuneSniff bytes. A .jsonl file
-// holds text records when its first record is an object with a "text" string and no "prompt"
-// or "messages"; otherwise it is instruction data (whose parser then names what is wrong).
-Format sniff_format(const fs::path& path) {
-  LineReader r(path.string(), kReadBlock);
-  std::string_view line;
-  bool whole = true;
-  if (path.extension() == ".jsonl") {
-    while (r.next(&line, &whole)) {
-      if (trim(line).empty()) continue;
-      if (!whole) return Format::kChatJsonl;
-      nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
-      const bool text = j.is_object() && j.contains("text") && j["text"].is_string() && !j.contains("prompt") &&
-                        !j.contains("messages");
-      return text ? Format::kTextJsonl : Format::kChatJsonl;
-    }
-    return Format::kChatJsonl;
-  }
-  while (r.next(&line, &whole) && r.bytes_read() <= kFortuneSniff + kReadBlock)
-    if (whole && is_percent_line(line)) return Format::kFortune;
-  return Format::kParagraphs;
-}
-
-// A document: plain text (no pieces: all of it, and its EOS, are targets) or an instruction
-// record as its chat template lays it out (the pieces end with an EOS).
-struct Document {
-  std::string text;               // what trains a tokenizer (and decides the split of plain text)
-  std::vector<ChatPiece> pieces;  // instruction records only
-  // Instruction records: what decides the split, the record's roles and contents, so a record
-  // is held out or trained on whichever template lays it out.
-  std::string split_key;
-};
-
-// The documents of the inputs, in order, one at a time. Text files: a fortune file's records
-// between "%" lines, another file's paragraphs between blank lines, each trimmed, empty ones
-// dropped. .jsonl files: a record a line (blank lines skipped). A text document that would grow
-// past max_doc bytes is cut before the line that would take it there (a line longer than that
-// comes in pieces of max_doc bytes), so no document is longer.
-class DocumentStream {
- public:
-  DocumentStream(const std::vector<Input>& inputs, ChatTemplate chat, bool skip_bad, size_t max_doc)
-      : inputs_(inputs), chat_(chat), skip_bad_(skip_bad), max_doc_(max_doc) {}
-
-  bool next(Document* d) {
-    for (;;) {
-      if (!reader_) {
-        if (next_input_ == inputs_.size()) return false;
-        const Input& in = inputs_[next_input_++];
-        reader_ = std::make_unique<LineReader>(in.path.string(), max_doc_);
-        format_ = in.format;
-        cur_.clear();
-        started_ = continued_ = false;
-      }
-      const bool got = format_ == Format::kTextJsonl || format_ == Format::kChatJsonl ? next_record(d) : next_text(d);
-      if (got) return true;
-      done_bytes_ += reader_->bytes_read();
-      reader_.reset();
-    }
-  }
-  int64_t n_bad() const { return n_bad_; }
-  int64_t n_cut() const { return n_cut_; }  // cuts made in over-long documents
-  uint64_t bytes_read() const { return done_bytes_ + (reader_ ? reader_->bytes_read() : 0); }
-
- private:
-  // The next text document of the current file; false at its end.
-  bool next_text(Document* d) {
-    const bool fortune = format_ == Format::kFortune;
-    std::string_view line;
-    bool whole = true;
-    while (reader_->next(&line, &whole)) {
-      const bool piece_of_long_line = continued_;
-      continued_ = !whole;
-      const bool separator = !piece_of_long_line && whole && (fortune ? is_percent_line(line) : trim(line).empty());
-      if (separator) {
-        if (take(d)) return true;
-        continue;
-      }
-      const bool newline = started_ && !piece_of_long_line;
-      if (started_ && cur_.size() + newline + line.size() > max_doc_) {  // cut before this line
-        ++n_cut_;
-        const bool got = take(d);
-        cur_.assign(line);
-        started_ = true;
-        if (got) return true;
-        continue;
-      }
-      if (newline) cur_ += '\n';
-      cur_.append(line);
-      started_ = true;
-    }
-    return take(d);
-  }
-  bool take(Document* d) {
-    std::string_view doc = trim(cur_);
-    const bool any = !doc.empty();
-    if (any) {
-      d->text.assign(doc);
-      d->pieces.clear();
-      d->split_key.clear();
-    }
-    cur_.clear();
-    started_ = false;
-    return any;
-  }
-
-  // The next record of the current .jsonl file; false at its end.
-  bool next_record(Document* d) {
-    std::string_view line;
-    bool whole = true;
-    while (reader_->next(&line, &whole)) {
-      if (!whole) {  // a record longer than a document may be
-        const int64_t line_no = reader_->line_no();
-        while (!whole && reader_->next(&line, &whole)) {
-        }
-        bad(fmt::format("{}:{}: a record of more than {} bytes; expected records below the memory limit's {} "
-                        "(raise --memory-mb)",
-                        reader_->path(), line_no, max_doc_, format_bytes(max_doc_)));
-        continue;
-      }
-      if (trim(line).empty()) continue;
-      try {
-        if (format_ == Format::kChatJsonl ? chat_record(line, d) : text_record(line, d)) return true;
-      } catch (const UserError& e) {
-        bad(e.what());
-      }
-    }
-    return false;
-  }
-  void bad(const std::string& what) {
-    if (!skip_bad_) throw UserError(what);
-    ++n_bad_;
-  }
-  bool chat_record(std::string_view line, Document* d) {
-    ChatRecord r = parse_chat_record(line, reader_->path(), reader_->line_no());
-    d->pieces = render_chat(r, chat_);
-    d->text.clear();
-    for (const ChatPiece& p : d->pieces) d->text += p.text;
-    d->split_key.clear();
-    for (const ChatMessage& m : r.messages) d->split_key += m.role + '\x1f' + m.content + '\x1e';
-    return true;
-  }
-  bool text_record(std::string_view line, Document* d) {
-    nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
-    if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-      user_error("{}:{}: {}; expected a JSON object with a \"text\" string (the file's first record has one)",
-                 reader_->path(), reader_->line_no(),
-                 j.is_discarded() ? "not valid JSON" : j.is_object() ? "no \"text\" string" : "not a JSON object");
-    std::string_view text = trim(j["text"].get_ref<const std::string&>());
-    if (text.empty()) return false;
-    d->text.assign(text);
-    d->pieces.clear();
-    d->split_key.clear();
-    return true;
-  }
-
-  const std::vector<Input>& inputs_;
-  const ChatTemplate chat_;
-  const bool skip_bad_;
-  const size_t max_doc_;
-  size_t next_input_ = 0;
-  std::unique_ptr<LineReader> reader_;
-  Format format_ = Format::kParagraphs;
-  std::string cur_;                  // the text document being gathered
-  bool started_ = false;             // cur_ holds a line
-  bool continued_ = false;           // the last piece was not the end of its line
-  int64_t n_bad_ = 0, n_cut_ = 0;
-  uint64_t done_bytes_ = 0;          // of the inputs already finished
-};
 
 // ---- Train/validation split ----
 
@@ -693,15 +382,12 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   const size_t live = static_cast<size_t>(std::clamp(2 * threads, 2, 8));
 
   PrepareReport report;
-  std::vector<Input> inputs;
+  const std::vector<Input> inputs = list_inputs(opt.inputs);
   uint64_t total_bytes = 0;
-  for (const fs::path& f : list_input_files(opt.inputs)) {
-    const uint64_t bytes = fs::file_size(f, ec);
-    if (ec) user_error("prepare: cannot read input {}: {}", f.string(), ec.message());
-    inputs.push_back(Input{f, sniff_format(f), bytes});
-    total_bytes += bytes;
-    report.sources.push_back(f.string());
-    report.instruct |= inputs.back().format == Format::kChatJsonl;
+  for (const Input& in : inputs) {
+    total_bytes += in.bytes;
+    report.sources.push_back(in.path.string());
+    report.instruct |= in.format == InputFormat::kChatJsonl;
   }
   report.bytes_read = total_bytes;
 
