@@ -52,7 +52,7 @@ std::vector<std::string> decode_docs(const std::string& dir, Split s) {
   return docs;
 }
 
-// The demo corpus prepared in ~40 chunks on two threads (16 MiB: 256 KiB chunks) equals the same
+// The demo corpus prepared in ~160 chunks on two threads (16 MiB: 64 KiB chunks) equals the same
 // prepared in one chunk on one thread: every token and every document boundary. And a tokenizer
 // trained within 32 MiB (an 8 MiB sample, which holds every sentence of this corpus) is the one
 // trained without a limit.
@@ -77,7 +77,7 @@ TEST(StreamingPrepare, ChunksAndThreadsDoNotChangeTheDataset) {
   opt.tokenizer_model = tmp.file("one/tokenizer.model");
   const PrepareReport chunked = prepare_dataset(opt);
 
-  EXPECT_GT(one.bytes_read, uint64_t{2} << 20) << "the corpus must span many 256 KiB chunks";
+  EXPECT_GT(one.bytes_read, uint64_t{2} << 20) << "the corpus must span many 64 KiB chunks";
   EXPECT_EQ(one.n_docs_cut, 0);
   EXPECT_EQ(limited.tokenizer_sentences, one.tokenizer_sentences);
   EXPECT_TRUE(test::read_text(tmp.file("limited/tokenizer.model")) == test::read_text(tmp.file("one/tokenizer.model")));

@@ -372,12 +372,15 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     }
   }
 
-  // Memory: up to `live` chunks of kChunk bytes of text are in the pipeline at once, each with
-  // its tokens (about as many bytes again) and at most one document of max_doc bytes over; the
-  // tokenizer's sample takes a quarter. Only the memory limit decides where documents are cut,
-  // so the dataset is the same on every machine.
+  // Memory: up to `live` chunks of chunk_bytes of text are in the pipeline at once, each with its
+  // tokens (about as many bytes again) and at most one document of max_doc bytes over: at most
+  // 3/4 of the limit; the tokenizer's sample takes a quarter. The chunks are much smaller than
+  // that bound allows: what is in flight is then small beside the process's fixed memory however
+  // long the run (bigger chunks let the peak creep up with the corpus), and a chunk of 2 MiB
+  // holds thousands of documents, plenty to keep every thread busy. Only the memory limit
+  // decides where documents are cut, so the dataset is the same on every machine.
   const uint64_t memory = static_cast<uint64_t>(opt.memory_mb) << 20;
-  const size_t max_doc = memory / 64, chunk_bytes = memory / 64;
+  const size_t max_doc = memory / 64, chunk_bytes = memory / 256;
   const int threads = opt.threads > 0 ? opt.threads : tbb::this_task_arena::max_concurrency();
   const size_t live = static_cast<size_t>(std::clamp(2 * threads, 2, 8));
 
