@@ -296,6 +296,48 @@ TEST(TokenDataset, FileTruncatedAfterOpenFailsTheReadPastItsEnd) {
   EXPECT_NE(again.find(file), std::string::npos) << again;
 }
 
+// Past 2^20 windows the epoch's order is computed window by window (no 8-bytes-a-window array):
+// an epoch still visits every window exactly once, and the next epoch in another order.
+TEST(DataLoader, ComputedOrderOfAHugeEpochVisitsEveryWindowOnce) {
+  TempDir tmp("bcd-huge");
+  test::TokenFile f;
+  const int64_t n = (int64_t{1} << 20) + 54321;
+  f.train.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) f.train[static_cast<size_t>(i)] = static_cast<uint32_t>(i);  // id = position
+  f.val = test::pattern_tokens(100, 1000);
+  f.vocab = n;
+  f.token_bytes = 4;
+  test::write_token_file(tmp.path(), f);
+  const TokenDataset ds = TokenDataset::open(tmp.path());
+  const int64_t B = 8192;
+  DataLoader dl(ds, Split::kTrain, B, /*seq_len=*/1, /*seed=*/3, true, true);
+  const int64_t W = dl.windows_per_epoch();
+  ASSERT_GT(W, int64_t{1} << 20);
+  std::vector<char> seen(static_cast<size_t>(n), 0);
+  std::vector<int64_t> first_starts;
+  int64_t got = 0;
+  while (got < W) {
+    const Batch b = dl.next();
+    const int64_t* t = b.tokens.data_ptr<int64_t>();
+    for (int64_t r = 0; r < B && got < W; ++r, ++got) {
+      const int64_t start = t[2 * r];
+      ASSERT_EQ(t[2 * r + 1], start + 1);
+      ASSERT_FALSE(seen[static_cast<size_t>(start)]) << "window at " << start << " visited twice in epoch 0";
+      seen[static_cast<size_t>(start)] = 1;
+      if (got < 16) first_starts.push_back(start);
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), W);
+  // not the identity, and epoch 1 visits in another order
+  EXPECT_FALSE(std::is_sorted(first_starts.begin(), first_starts.end()));
+  DataLoader next_epoch(ds, Split::kTrain, 16, 1, 3, true, false);
+  next_epoch.restore(LoaderState{1, 0});
+  const Batch b = next_epoch.next();
+  std::vector<int64_t> second(16);
+  for (int r = 0; r < 16; ++r) second[static_cast<size_t>(r)] = b.tokens[r][0].item<int64_t>();
+  EXPECT_NE(second, first_starts);
+}
+
 // ---- Mixtures ----
 
 // Two datasets whose ids tell them apart: A's in [0, 500), B's in [500, 1000) (B's val masked,

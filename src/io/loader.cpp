@@ -7,7 +7,9 @@
 //   S = min(T, n - T) shifts when shuffling, S = 1 (shift 0) otherwise;
 //   W = floor((n - S) / T) windows in every epoch (windows_per_epoch), >= 1 because n >= T + 1.
 //   Epoch e draws shift_e uniform in [0, S), then a Fisher-Yates permutation P_e of [0, W), both
-//   from Rng(seed, e); without shuffle shift_e = 0 and P_e is the identity.
+//   from Rng(seed, e); without shuffle shift_e = 0 and P_e is the identity. Past 2^20 windows
+//   (128M tokens at T = 128) P_e is a keyed Feistel permutation computed window by window
+//   instead, its key the next draw of Rng(seed, e), so the loader's memory stays flat.
 //   Window k of epoch e is tokens[shift_e + P_e[k]*T, shift_e + P_e[k]*T + T + 1); the largest
 //   ends at most at (S-1) + (W-1)*T + T + 1 <= n. Windows start T apart, so their inputs tile
 //   the stream and a window's last token (a target only) is the first input of the window that
@@ -78,11 +80,51 @@ class Rng {
   uint64_t s_;
 };
 
-// The windows of one epoch: shift plus visiting order (empty order = identity).
+// Past this many windows in an epoch, the visiting order is not stored (8 bytes a window, which
+// would grow with the corpus: 50 MB for a 2 GB text corpus at T = 128) but computed window by
+// window: a keyed Feistel permutation of [0, 4^h) >= W, cycle-walked into [0, W).
+constexpr uint64_t kMaxStoredOrder = uint64_t{1} << 20;
+
+// A pseudo-random permutation of [0, n) in O(1) memory: a 4-round balanced Feistel network on
+// 2h bits (4^h >= n, so fewer than 4 walks per index on average) with splitmix64 round functions
+// keyed from `key`; an index mapped outside [0, n) is mapped again until it lands inside (cycle
+// walking), which keeps it a bijection of [0, n).
+class FeistelPermutation {
+ public:
+  FeistelPermutation() = default;
+  FeistelPermutation(uint64_t n, uint64_t key) : n_(n), key_(key) {
+    while ((uint64_t{1} << (2 * half_)) < n) ++half_;
+    mask_ = (uint64_t{1} << half_) - 1;
+  }
+  uint64_t operator()(uint64_t i) const {
+    do i = round_trip(i);
+    while (i >= n_);
+    return i;
+  }
+
+ private:
+  uint64_t round_trip(uint64_t x) const {
+    uint64_t l = x >> half_, r = x & mask_;
+    for (uint64_t k = 0; k < 4; ++k) {
+      const uint64_t f = mix64(r ^ mix64(key_ + k * kGolden)) & mask_;
+      const uint64_t t = l ^ f;
+      l = r;
+      r = t;
+    }
+    return (l << half_) | r;
+  }
+  uint64_t n_ = 1, key_ = 0, mask_ = 0;
+  int half_ = 1;
+};
+
+// The windows of one epoch: shift plus visiting order (identity when neither is set).
 struct EpochPlan {
   uint64_t epoch = UINT64_MAX;
   int64_t shift = 0;
-  std::vector<uint64_t> order;
+  std::vector<uint64_t> order;  // Fisher-Yates, up to kMaxStoredOrder windows
+  bool computed = false;        // more windows: `permute`
+  FeistelPermutation permute;
+  uint64_t window(uint64_t k) const { return computed ? permute(k) : order.empty() ? k : order[k]; }
 };
 
 }  // namespace
@@ -122,13 +164,19 @@ struct DataLoader::Impl {
     plan.epoch = epoch;
     plan.shift = 0;
     plan.order.clear();
+    plan.computed = false;
     if (shuffle) {
       Rng rng(s.seed, epoch);
       plan.shift = static_cast<int64_t>(rng.below(static_cast<uint64_t>(s.n_shifts)));
-      plan.order.resize(static_cast<size_t>(s.windows));
-      for (size_t i = 0; i < plan.order.size(); ++i) plan.order[i] = i;
-      for (size_t i = plan.order.size(); i > 1; --i) {
-        std::swap(plan.order[i - 1], plan.order[rng.below(i)]);
+      plan.computed = static_cast<uint64_t>(s.windows) > kMaxStoredOrder;
+      if (plan.computed) {
+        plan.permute = FeistelPermutation(static_cast<uint64_t>(s.windows), rng.next());
+      } else {
+        plan.order.resize(static_cast<size_t>(s.windows));
+        for (size_t i = 0; i < plan.order.size(); ++i) plan.order[i] = i;
+        for (size_t i = plan.order.size(); i > 1; --i) {
+          std::swap(plan.order[i - 1], plan.order[rng.below(i)]);
+        }
       }
     }
     return plan;
@@ -160,7 +208,7 @@ struct DataLoader::Impl {
       uint64_t& epoch = i == 0 ? st.epoch : st.more[i - 1].epoch;
       uint64_t& cursor = i == 0 ? st.cursor : st.more[i - 1].cursor;
       const EpochPlan& p = plan_for(s, epoch);
-      const uint64_t w = p.order.empty() ? cursor : p.order[cursor];
+      const uint64_t w = p.window(cursor);
       const int64_t start = p.shift + static_cast<int64_t>(w) * seq;
       BCD_CHECK(start >= 0 && start + seq + 1 <= s.n_tokens, "window {} of epoch {} of {}", w, epoch, s.ds.dir());
       const bool mine = g / batch == rank;
