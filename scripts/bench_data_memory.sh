@@ -13,9 +13,9 @@ small_mib=${BCD_BENCH_SMALL_MIB:-100}
 large_mib=${BCD_BENCH_LARGE_MIB:-2048}
 build=${BCD_BUILD_DIR:-build}
 bcd=$build/bcdtrain
-[[ -x $bcd ]] || { echo "bench_data_memory: $bcd not found: build first (scripts/setup.sh)" >&2; exit 2; }
-[[ -x /usr/bin/time ]] || { echo "bench_data_memory: /usr/bin/time not found (scripts/setup.sh installs time)" >&2; exit 2; }
-[[ -d /usr/share/games/fortunes ]] || { echo "bench_data_memory: /usr/share/games/fortunes missing (scripts/setup.sh installs fortunes)" >&2; exit 2; }
+# shellcheck source=scripts/bench_corpus.sh
+source scripts/bench_corpus.sh
+bench_require bench_data_memory "$bcd"
 
 base=${BCD_BENCH_DIR:-${TMPDIR:-/tmp}}
 mkdir -p "$base"
@@ -25,21 +25,7 @@ need=$(((large_mib + small_mib) * 3 >> 10))
 avail=$(df -BG --output=avail "$dir" | tail -1 | tr -dc 0-9)
 ((avail > need + 1)) || { echo "bench_data_memory: $dir has ${avail} GiB free, the corpora need about $((need + 1)) GiB" >&2; exit 2; }
 
-"$bcd" prepare --input /usr/share/games/fortunes --out "$dir/demo" --vocab-size 2048 > /dev/null
-model=$dir/demo/tokenizer.model
-
-src=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort)
-# shellcheck disable=SC2086
-cat $src > "$dir/one.txt"
-make_corpus() {  # FILE MIB
-  local round=0
-  : > "$1"
-  while [[ $(stat -c %s "$1") -lt $(($2 << 20)) ]]; do
-    echo "% round $round" >> "$1"  # a tag line per round keeps every round's first record apart
-    cat "$dir/one.txt" >> "$1"
-    round=$((round + 1))
-  done
-}
+model=$(demo_tokenizer "$bcd" "$dir")
 
 # Peak RSS (KiB) of a command; its output goes to $dir/NAME.log.
 peak() {  # NAME CMD...

@@ -14,28 +14,17 @@ mib=${BCD_BENCH_MIB:-32}
 rounds=${BCD_BENCH_ROUNDS:-3}
 build=${BCD_BUILD_DIR:-build}
 bcd=$build/bcdtrain
-[[ -x $bcd ]] || { echo "bench_prepare: $bcd not found: build first (scripts/setup.sh)" >&2; exit 2; }
+# shellcheck source=scripts/bench_corpus.sh
+source scripts/bench_corpus.sh
+bench_require bench_prepare "$bcd"
 command -v spm_encode > /dev/null || { echo "bench_prepare: spm_encode not found (scripts/setup.sh installs sentencepiece)" >&2; exit 2; }
-[[ -x /usr/bin/time ]] || { echo "bench_prepare: /usr/bin/time not found (scripts/setup.sh installs time)" >&2; exit 2; }
-[[ -d /usr/share/games/fortunes ]] || { echo "bench_prepare: /usr/share/games/fortunes missing (scripts/setup.sh installs fortunes)" >&2; exit 2; }
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/bcd-bench-prepare.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 
-# The tokenizer: the demo's (BPE, vocabulary 2048, trained on the fortunes).
-"$bcd" prepare --input /usr/share/games/fortunes --out "$dir/demo" --vocab-size 2048 > /dev/null
-model=$dir/demo/tokenizer.model
-
-# The text: the fortune files' records, repeated with a tag line until it is $mib MiB.
-src=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort)
-round=0
-: > "$dir/text.txt"
-while [[ $(stat -c %s "$dir/text.txt") -lt $((mib << 20)) ]]; do
-  echo "% round $round" >> "$dir/text.txt"
-  # shellcheck disable=SC2086
-  cat $src >> "$dir/text.txt"
-  round=$((round + 1))
-done
+# The tokenizer: the demo's; the text: the fortune files' records, repeated to $mib MiB.
+model=$(demo_tokenizer "$bcd" "$dir")
+make_corpus "$dir/text.txt" "$mib"
 bytes=$(stat -c %s "$dir/text.txt")
 echo "bench_prepare: $((bytes >> 20)) MiB of text, $(nproc) cores, $rounds rounds" >&2
 
