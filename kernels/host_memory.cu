@@ -28,6 +28,19 @@ void cuda_pinned_free(void* p) {
   if (p) cudaFreeHost(p);
 }
 
+bool cuda_host_register(void* p, size_t bytes) {
+  if (!cuda_device_usable()) return false;
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+void cuda_host_unregister(void* p) {
+  if (p && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
 size_t cuda_device_total_bytes(int device) {
   int previous = 0;
   size_t free_b = 0, total = 0;

@@ -15,6 +15,11 @@ bool cuda_device_usable();
 void* cuda_pinned_alloc(size_t bytes);
 void cuda_pinned_free(void* p);
 
+// cudaHostRegister(portable) of memory the caller mapped (a shared-memory segment), so copies
+// from it run at pinned speed; false when no CUDA device is usable or the call fails.
+bool cuda_host_register(void* p, size_t bytes);
+void cuda_host_unregister(void* p);
+
 // Total memory of CUDA device `device` (cudaMemGetInfo); 0 when no device is usable.
 size_t cuda_device_total_bytes(int device);
 
