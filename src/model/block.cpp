@@ -12,7 +12,7 @@ int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 bool reduced_precision(torch::ScalarType t) { return t == torch::kBFloat16 || t == torch::kHalf; }
 }  // namespace
 
-Block::Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts)
+Block::Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts, torch::Tensor storage)
     : name_(std::move(name)) {
   // Group by part (first appearance order), decayed first within a part; stable, so the layout
   // is a pure function of the shape.
@@ -40,7 +40,14 @@ Block::Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOption
   numel_ = round_up(off, kAlign);
   if (!segments_.empty()) segments_.back().end = numel_;
   slots_ = std::move(slots);
-  data_ = torch::zeros({numel_}, opts.requires_grad(false));
+  if (storage.defined()) {
+    BCD_CHECK(storage.dim() == 1 && storage.numel() == numel_ && storage.scalar_type() == opts.dtype(),
+              "block {}: the storage given is not a flat buffer of {} elements of the working dtype", name_, numel_);
+    data_ = std::move(storage);
+    data_.zero_();
+  } else {
+    data_ = torch::zeros({numel_}, opts.requires_grad(false));
+  }
   make_views();
 }
 

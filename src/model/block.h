@@ -34,7 +34,9 @@ class Block {
   // optimizer treats a block (or one part of it) as a few flat ranges.
   static constexpr int64_t kAlign = 16;  // 64 bytes of fp32: one cache line / AVX-512 vector
 
-  Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts);
+  // `storage`: the flat working buffer to use (numel() elements of opts' dtype, anywhere: a
+  // streamed block's lives in host memory, model/llama.h), zeroed here; undefined: allocated.
+  Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts, torch::Tensor storage = {});
 
   const std::string& name() const { return name_; }
   int64_t numel() const { return numel_; }

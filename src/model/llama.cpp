@@ -75,6 +75,23 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 namespace {
 
+// One use of a layer's weights (LayerWeights::acquire .. release); nothing without a source.
+class LayerUse {
+ public:
+  LayerUse(LayerWeights* w, int block) : w_(w), block_(block) {
+    if (w_) w_->acquire(block_);
+  }
+  ~LayerUse() {
+    if (w_) w_->release(block_);
+  }
+  LayerUse(const LayerUse&) = delete;
+  LayerUse& operator=(const LayerUse&) = delete;
+
+ private:
+  LayerWeights* w_;
+  int block_;
+};
+
 torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
   return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::nn::functional::linear(x, w);
 }
@@ -108,6 +125,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       if (p.requires_grad()) inputs.push_back(p);
     torch::autograd::variable_list out(1 + n_params + 2);
     if (inputs.empty()) return out;
+    // A streamed layer's weights stay bound through the recomputation and its gradient.
+    const LayerUse use(model->layer_weights(), layer + 1);
     torch::Tensor y;
     {
       torch::AutoGradMode on(true);
@@ -126,13 +145,15 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 // ---- Model ----
 
-LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts, std::optional<uint64_t> seed)
+LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts, std::optional<uint64_t> seed,
+                       const BlockStorage& storage)
     : cfg_(cfg), opts_(opts) {
+  auto store = [&](int block) { return storage ? storage(block) : torch::Tensor(); };
   BCD_CHECK(cfg.vocab_size > 0, "model vocab_size must be resolved before building the model");
   const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
   const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
   blocks_.reserve(cfg.n_layers + 2);
-  blocks_.emplace_back("embed", std::vector<ParamSlot>{{"tok_embeddings", {v, c}, 0, 0, true, ""}}, opts);
+  blocks_.emplace_back("embed", std::vector<ParamSlot>{{"tok_embeddings", {v, c}, 0, 0, true, ""}}, opts, store(0));
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
     std::vector<ParamSlot> s = {
         {"attn_norm", {c}, 0, 0, false, "attn"}, {"wq", {h * d, c}, 0, 0, true, "attn"},
@@ -148,11 +169,11 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts, std::o
     s.push_back({"w_gate", {f, c}, 0, 0, true, "mlp"});
     s.push_back({"w_up", {f, c}, 0, 0, true, "mlp"});
     s.push_back({"w_down", {c, f}, 0, 0, true, "mlp"});
-    blocks_.emplace_back("layer." + std::to_string(i), std::move(s), opts);
+    blocks_.emplace_back("layer." + std::to_string(i), std::move(s), opts, store(static_cast<int>(i) + 1));
   }
   std::vector<ParamSlot> head = {{"norm", {c}, 0, 0, false, ""}};
   if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, 0, 0, true, ""});
-  blocks_.emplace_back("head", std::move(head), opts);
+  blocks_.emplace_back("head", std::move(head), opts, store(static_cast<int>(cfg.n_layers) + 1));
 
   // Rotary tables in double, then cast, so every dtype sees the same angles. Built a few
   // thousand positions at a time: the double transients stay small whatever max_seq_len is,
@@ -215,6 +236,7 @@ torch::Tensor LlamaModel::head_weight() const {
 }
 
 torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const {
+  const LayerUse use(weights_, layer + 1);
   const Block& b = blocks_.at(layer + 1);
   const int64_t bsz = x.size(0), t = x.size(1);
   const int64_t h = cfg_.n_heads, kv = cfg_.kv_heads(), d = cfg_.head_dim();
@@ -245,6 +267,7 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, co
     user_error("sequence of {} tokens exceeds model max_seq_len {}", t, cfg_.max_seq_len);
   const int n_layers = static_cast<int>(cfg_.n_layers);
   const bool grad_on = torch::GradMode::is_enabled();
+  expect_pass(below.defined() ? grad_from - 1 : 0, n_layers, grad_on && cfg_.activation_checkpointing, grad_from);
   torch::Tensor x;
   if (below.defined()) {
     BCD_CHECK(grad_from >= 1 && below.size(0) == tokens.size(0) && below.size(1) == t,
@@ -275,7 +298,18 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, co
 
 torch::Tensor LlamaModel::frozen_prefix(const torch::Tensor& batch_in, int upto) const {
   BCD_CHECK(upto >= 1 && upto <= n_blocks() - 1, "frozen_prefix: upto {} outside [1, {}]", upto, n_blocks() - 1);
+  expect_pass(0, upto - 1, /*backward=*/false, 0);
   return frozen_blocks(batch_in.narrow(1, 0, batch_in.size(1) - 1), upto);
+}
+
+void LlamaModel::expect_pass(int first_layer, int end_layer, bool backward, int grad_from) const {
+  if (!weights_) return;
+  std::vector<int> order;
+  for (int i = std::max(first_layer, 0); i < end_layer; ++i) order.push_back(i + 1);
+  // The checkpointed layers (i + 1 >= grad_from) recompute in backward, the top one first.
+  if (backward)
+    for (int i = end_layer - 1; i >= 0 && i + 1 >= grad_from; --i) order.push_back(i + 1);
+  weights_->expect(order);
 }
 
 torch::Tensor LlamaModel::frozen_blocks(const torch::Tensor& tokens, int upto) const {

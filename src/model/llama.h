@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -16,14 +17,33 @@
 
 namespace bcd {
 
+// Where decoder layers' working weights are while a layer computes (DESIGN.md §2: frozen layers'
+// weights streamed from host memory). The model announces each pass's order of layer blocks
+// (expect), then brackets every use of a layer's weights with acquire/release; in between, that
+// block's data() holds its weights on the compute device. Uses nest (a checkpointed layer's
+// backward holds its block across the recomputation and the gradient). The runtime implements
+// it (runtime/streamed_weights.h); without one, every block is resident.
+class LayerWeights {
+ public:
+  virtual ~LayerWeights() = default;
+  // Blocks the coming pass will use, in order: its forward, then (when a backward follows) the
+  // layers the checkpointed backward recomputes, top down.
+  virtual void expect(const std::vector<int>& blocks) = 0;
+  virtual void acquire(int block) = 0;
+  virtual void release(int block) = 0;
+};
+
 class LlamaModel {
  public:
   // B = batch, T = sequence length, C = d_model, H = heads, KV = kv heads, D = head dim,
   // V = vocabulary, L = layers.
   // Weights drawn by init_weights(*seed), or all zero with no seed: a 7B model's draw takes
   // minutes on the CPU, wasted when a checkpoint or a weights file overwrites it.
+  // `storage(i)`: block i's flat working buffer (Block's `storage`), or undefined to allocate it
+  // on opts' device; a streamed block's lives in host memory.
+  using BlockStorage = std::function<torch::Tensor(int block)>;
   LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts = torch::kFloat32,
-             std::optional<uint64_t> seed = 0);
+             std::optional<uint64_t> seed = 0, const BlockStorage& storage = {});
 
   // Normal(0, init_std) for matrices, output projections (wo, w_down) scaled by 1/sqrt(2L),
   // norms 1, biases 0; a pure function of the seed.
@@ -60,6 +80,10 @@ class LlamaModel {
   // One decoder layer: (B, T, C) -> (B, T, C). Public for tests and checkpointed recompute.
   torch::Tensor layer_forward(int layer, const torch::Tensor& x) const;
 
+  // Layers' weights fetched through `w` (not owned; nullptr: all resident).
+  void set_layer_weights(LayerWeights* w) { weights_ = w; }
+  LayerWeights* layer_weights() const { return weights_; }
+
   void set_trainable(bool trainable);  // every block
   void zero_grad();
   // After a backward: every trainable block's autograd buffer into its fp32 sum (Block::accumulate_grad).
@@ -76,11 +100,15 @@ class LlamaModel {
   // tokens (B, T) through blocks [0, upto) with no autograd: forward below grad_from.
   torch::Tensor cross_entropy(const torch::Tensor& batch, int grad_from, const torch::Tensor& below, bool mean) const;
   torch::Tensor frozen_blocks(const torch::Tensor& tokens, int upto) const;
+  // Tells weights_ the blocks of a pass: layers [first, L) forward; with `backward`, then the
+  // layers from grad_from's down the checkpointed backward recomputes.
+  void expect_pass(int first_layer, int end_layer, bool backward, int grad_from) const;
 
   ModelConfig cfg_;
   torch::TensorOptions opts_;
   std::vector<Block> blocks_;
   torch::Tensor cos_, sin_;
+  LayerWeights* weights_ = nullptr;
 };
 
 // Whether causal_attention keeps a T x T score matrix for backward (the planner counts it): with
