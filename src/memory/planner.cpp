@@ -206,6 +206,136 @@ uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, c
   return saturated_bytes(total);
 }
 
+// ---- The weight stream ----
+
+StreamRates resolve_stream_rates(const MemoryConfig& mem, const TrainConfig& train, bool on_cuda,
+                                 std::optional<double> device_peak_tflops) {
+  StreamRates r;  // the CPU's
+  if (on_cuda) {
+    r.gbps = 25;  // PCIe 4.0 x16 from pinned memory, what a 4090 sustains
+    const std::optional<double> peak = train.peak_tflops > 0 ? std::optional<double>(train.peak_tflops) : device_peak_tflops;
+    r.tflops = peak && *peak > 0 ? 0.5 * *peak : 80;
+  }
+  if (mem.stream_gbps > 0) r.gbps = mem.stream_gbps;
+  if (mem.stream_tflops > 0) r.tflops = mem.stream_tflops;
+  return r;
+}
+
+bool StreamPlan::on() const { return std::find(streamed.begin(), streamed.end(), true) != streamed.end(); }
+int StreamPlan::streamed_count() const { return static_cast<int>(std::count(streamed.begin(), streamed.end(), true)); }
+
+double stream_exposed_seconds(const std::vector<StreamUse>& uses, int depth, int passes) {
+  const size_t window = static_cast<size_t>(std::max(depth, 1));
+  std::vector<double> freed;  // per copied use: when its compute ends and its buffer is free
+  double copy_end = 0, compute_end = 0, busy = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (const StreamUse& u : uses) {
+      double ready = 0;
+      if (u.copy_s > 0) {
+        const size_t k = freed.size();
+        copy_end = std::max(copy_end, k >= window ? freed[k - window] : 0.0) + u.copy_s;
+        ready = copy_end;
+      }
+      compute_end = std::max(compute_end, ready) + u.compute_s;
+      busy += u.compute_s;
+      if (u.copy_s > 0) freed.push_back(compute_end);
+    }
+  }
+  return std::max(0.0, compute_end - busy);
+}
+
+namespace {
+
+// Layers 0..n-1 streamed, the rest resident: window, active buffer and host copy.
+StreamPlan stream_layout(const std::vector<BlockShape>& shapes, const std::vector<UnitShape>& units, int n,
+                         uint64_t w, int depth, int sharers) {
+  StreamPlan s;
+  s.streamed.assign(shapes.size(), false);
+  s.home.assign(shapes.size(), Tier::kCompute);
+  s.sharers = std::max(sharers, 1);
+  for (int l = 0; l < n; ++l) {
+    const uint64_t b = static_cast<uint64_t>(shapes[l + 1].numel) * w;  // block l + 1 is layer.l
+    s.streamed[l + 1] = true;
+    s.home[l + 1] = Tier::kPinned;
+    s.home_bytes += b;
+    s.slot_bytes = std::max(s.slot_bytes, b);
+  }
+  if (n == 0) return s;
+  s.depth = depth;
+  for (const UnitShape& u : units) {
+    std::vector<int> blocks;  // a block split into attn/mlp pieces is one buffer
+    for (const auto& piece : u.pieces)
+      if (s.streamed[piece.first] && std::find(blocks.begin(), blocks.end(), piece.first) == blocks.end())
+        blocks.push_back(piece.first);
+    uint64_t a = 0;
+    for (int b : blocks) a += static_cast<uint64_t>(shapes[b].numel) * w;
+    s.active_bytes = std::max(s.active_bytes, a);
+  }
+  return s;
+}
+
+// The stream's figures (StreamPlan's second half) at s.gbps and s.tflops. Per micro-batch of
+// B x T tokens, unit u active with first layer f: the forward runs layers 0..L-1 in order, the
+// backward L-1 down to f; a streamed layer outside u is copied for each of its uses.
+// One layer's forward, as runtime/flops.cpp counts it: 2 FLOPs per matrix weight per token plus
+// causal attention's scores and weighted sum, 2 * 2 * H * D * (T + 1) / 2 per token; a backward
+// use recomputes the forward and takes the input gradient (the matmuls again, attention's four
+// products for two). The active unit's weight gradients are left out: less compute to hide
+// copies behind, so the estimate errs towards "cannot keep up".
+void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const std::vector<UnitShape>& units,
+                  const ModelConfig& m, const TrainConfig& t, uint64_t w) {
+  const int n_layers = static_cast<int>(m.n_layers);
+  const double c = static_cast<double>(m.d_model), d = static_cast<double>(m.head_dim());
+  const double h = static_cast<double>(m.n_heads), kv = static_cast<double>(m.kv_heads());
+  const double tokens = static_cast<double>(t.batch_size) * static_cast<double>(t.seq_len);
+  const double matrices = (h + 2 * kv) * d * c + c * h * d + 3 * static_cast<double>(m.ff_dim()) * c;
+  const double attn = 2.0 * 2.0 * h * d * (static_cast<double>(t.seq_len) + 1) / 2;
+  const double fwd_s = tokens * (2 * matrices + attn) / (s.tflops * 1e12);
+  const double bwd_s = 2 * fwd_s + tokens * attn / (s.tflops * 1e12);
+  const double accum = static_cast<double>(t.grad_accum);
+  double worst_ratio = 0;  // the slowest unit is the one with the most bytes until one shows copies
+  for (size_t i = 0; i < units.size(); ++i) {
+    const UnitShape& u = units[i];
+    std::vector<bool> own(shapes.size(), false);
+    for (const auto& piece : u.pieces) own[piece.first] = true;
+    std::vector<StreamUse> uses;
+    uint64_t bytes = 0;
+    auto use = [&](int layer, double compute_s) {
+      const int b = layer + 1;
+      StreamUse x{compute_s, 0};
+      if (s.streamed[b] && !own[b]) {
+        const uint64_t n = static_cast<uint64_t>(shapes[b].numel) * w;
+        bytes += n;
+        x.copy_s = static_cast<double>(n) / (s.gbps * 1e9);
+      }
+      uses.push_back(x);
+    };
+    for (int l = 0; l < n_layers; ++l) use(l, fwd_s);
+    for (int l = n_layers - 1; l >= std::max(u.first_layer, 0); --l) use(l, bwd_s);
+    double compute = 0;
+    for (const StreamUse& x : uses) compute += x.compute_s;
+    compute *= accum;
+    // The window prefetches across passes: a step's micro-batches run in the steady state, one
+    // pass's exposed time being the third pass's less the first's over two.
+    const double per_pass =
+        (stream_exposed_seconds(uses, s.depth, 3) - stream_exposed_seconds(uses, s.depth, 1)) / 2;
+    // (rounding of the two sums aside: below a nanosecond per second of compute is none)
+    const double exposed = per_pass > 1e-9 * compute / accum ? accum * per_pass : 0.0;
+    const uint64_t step_bytes = static_cast<uint64_t>(t.grad_accum) * bytes;
+    s.per_unit.push_back({step_bytes, static_cast<double>(step_bytes) / (s.gbps * 1e9), compute, exposed});
+    if (i == 0 || step_bytes > s.bytes_per_step) s.bytes_per_step = step_bytes, s.worst_unit = static_cast<int>(i);
+    const double ratio = compute > 0 ? exposed / compute : 0;
+    if (ratio > worst_ratio) worst_ratio = ratio, s.slowest_unit = static_cast<int>(i);
+  }
+  if (worst_ratio == 0) s.slowest_unit = s.worst_unit;
+  s.compute_s_per_step = s.per_unit[s.slowest_unit].compute_s;
+  s.exposed_s_per_step = s.per_unit[s.slowest_unit].exposed_s;
+  s.copy_s_per_step = static_cast<double>(s.bytes_per_step) / (s.gbps * 1e9);
+  s.keeps_up = worst_ratio <= 0.10;
+}
+
+}  // namespace
+
 // ---- Budgets ----
 
 uint64_t meminfo_bytes(const std::string& key) {
@@ -238,7 +368,8 @@ uint64_t MemoryPlan::home_bytes(Tier tier, StateKind k) const {
 // ---- Planning ----
 
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
-                       const MemoryConfig& mem, int shards, bool fused_attention) {
+                       const MemoryConfig& mem, int shards, bool fused_attention, int local_ranks,
+                       StreamRates rates) {
   MemoryPlan plan;
   plan.shards = std::max(shards, 1);
   // This rank's elements of a unit's (or block's) state: the largest slice (runtime/block_optimizer.h).
@@ -287,6 +418,57 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   plan.compute.activations = mem.activation_bytes.is_auto ? act : mem.activation_bytes.value;
   plan.compute.budget = mem.compute_bytes.is_auto ? meminfo_bytes("MemTotal") : mem.compute_bytes.value;
 
+  // Streamed weights (memory.stream_weights): "on" streams every decoder layer; "auto" only when
+  // the all-resident compute tier is over budget, and then the fewest bottom layers that make it
+  // fit, keeping the top ones resident (used twice per micro-batch above the active unit).
+  std::vector<std::string> why;
+  const int n_layers = static_cast<int>(model.n_layers);
+  const uint64_t resident_all = plan.compute.by_kind[kind(StateKind::kWorking)];
+  const uint64_t others = plan.compute.total() - resident_all;  // state, gradient, activations
+  const int depth = static_cast<int>(mem.stream_depth);
+  auto layout = [&](int n) { return stream_layout(shapes, plan.units, n, w, depth, local_ranks); };
+  auto need = [&](const StreamPlan& s) { return resident_all - s.home_bytes + s.window_bytes() + s.active_bytes + others; };
+  int n_streamed = 0;
+  if (mem.stream_weights == "on") {
+    n_streamed = n_layers;
+  } else if (mem.stream_weights == "auto" && resident_all + others > plan.compute.budget && n_layers > 0) {
+    const StreamPlan all = layout(n_layers);
+    if (!model.activation_checkpointing) {
+      why.push_back("the weights do not fit the compute tier, and streaming frozen layers' weights from host memory "
+                    "(memory.stream_weights = auto) needs model.activation_checkpointing = true");
+    } else if (need(all) > plan.compute.budget) {
+      why.push_back(fmt::format(
+          "memory.stream_weights = auto: even with all {} decoder layers' weights streamed from host memory the "
+          "compute tier needs {} (embed, head and rotary tables {} + stream window {} x {} + active buffer {} + "
+          "active unit state and activations {})",
+          n_layers, gib(need(all)), gib(resident_all - all.home_bytes), all.depth, gib(all.slot_bytes),
+          gib(all.active_bytes), gib(others)));
+    } else {
+      // need(n) does not grow with n >= 1: one more streamed layer frees its bytes and adds at most
+      // as many to the active buffer, and the slot (decoder layers are alike) is set by the first.
+      int lo = 1, hi = n_layers;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (need(layout(mid)) <= plan.compute.budget) hi = mid;
+        else lo = mid + 1;
+      }
+      n_streamed = lo;
+    }
+  }
+  plan.stream = layout(n_streamed);
+  if (plan.stream.on()) {
+    plan.compute.by_kind[kind(StateKind::kWorking)] = need(plan.stream) - others;
+    const uint64_t sharers = static_cast<uint64_t>(plan.stream.sharers);
+    plan.host.by_kind[kind(StateKind::kWorking)] = (plan.stream.home_bytes + sharers - 1) / sharers;
+    plan.stream.gbps = mem.stream_gbps > 0 ? mem.stream_gbps : rates.gbps;
+    plan.stream.tflops = mem.stream_tflops > 0 ? mem.stream_tflops : rates.tflops;
+    model_stream(plan.stream, shapes, plan.units, model, train, w);
+    if (!model.activation_checkpointing)
+      why.push_back("memory.stream_weights = on streams frozen layers' weights, which needs "
+                    "model.activation_checkpointing = true (backward recomputes each layer with its weights fetched "
+                    "again)");
+  }
+
   // Pinned staging pool: prefetch_depth slabs coming in plus one going out, each the largest
   // unit's image rounded up to 4 KiB (slabs are O_DIRECT buffers).
   uint64_t unit_off = 0;
@@ -301,15 +483,18 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   const uint64_t host_all = mem.host_bytes.is_auto ? meminfo_bytes("MemAvailable") : mem.host_bytes.value;
   plan.host.budget = host_all > plan.pinned.budget ? host_all - plan.pinned.budget : 0;
   plan.nvme.unlimited = true;
+  // The streamed weights come first (read every step); units' homes get what is left.
+  const uint64_t host_weights = plan.host.by_kind[kind(StateKind::kWorking)];
+  const uint64_t host_units = plan.host.budget > host_weights ? plan.host.budget - host_weights : 0;
   uint64_t host_used = 0;
   std::vector<int> block_unit(shapes.size(), -1);  // a unit training (part of) each block
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const UnitShape& u = plan.units[i];
-    const uint64_t need = offloaded(u.state_elems);
+    const uint64_t bytes = offloaded(u.state_elems);
     Tier home = Tier::kPinned;
     if (mem.home == "nvme") home = Tier::kNvme;
-    else if (mem.home == "auto" && host_used + need > plan.host.budget) home = Tier::kNvme;
-    if (need > 0 && home == Tier::kPinned) host_used += need;
+    else if (mem.home == "auto" && host_used + bytes > host_units) home = Tier::kNvme;
+    if (bytes > 0 && home == Tier::kPinned) host_used += bytes;
     plan.unit_home.push_back(home);
     const uint64_t st = own(u.state_elems) * 4;
     TierUsage& t = home == Tier::kPinned ? plan.host : plan.nvme;
@@ -332,7 +517,8 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     bp.name = shapes[b].name;
     bp.params = shapes[b].params;
     bp.numel = shapes[b].numel;
-    bp.state[kind(StateKind::kWorking)] = {static_cast<uint64_t>(shapes[b].numel) * w, true, Tier::kCompute};
+    bp.state[kind(StateKind::kWorking)] = {static_cast<uint64_t>(shapes[b].numel) * w, true,
+                                           plan.stream.streamed[b] ? Tier::kPinned : Tier::kCompute};
     const uint64_t st = own(trained[b]) * 4;
     if (trained[b] > 0) {
       const Tier home = single ? Tier::kCompute : plan.unit_home[block_unit[b]];
@@ -345,35 +531,108 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   }
 
   // ---- Verdict ----
-  std::vector<std::string> why;
+  const StreamPlan& sp = plan.stream;
   if (plan.compute.total() > plan.compute.budget) {
-    const uint64_t state = plan.compute.total() - plan.compute.activations -
-                           plan.compute.by_kind[kind(StateKind::kWorking)];
-    why.push_back(fmt::format(
-        "compute tier needs {} (working weights {} + active unit '{}' master/m/v/grad {} + activations {}) "
+    const uint64_t working = plan.compute.by_kind[kind(StateKind::kWorking)];
+    const uint64_t state = plan.compute.total() - plan.compute.activations - working;
+    const std::string streamed =
+        sp.on() ? fmt::format(": resident {} + stream window {} x {} + active buffer {}",
+                              gib(working - sp.window_bytes() - sp.active_bytes), sp.depth, gib(sp.slot_bytes),
+                              gib(sp.active_bytes))
+                : "";
+    why.insert(why.begin(), fmt::format(
+        "compute tier needs {} (working weights {}{} + active unit '{}' master/m/v/grad {} + activations {}) "
         "but memory.compute_bytes is {}",
-        gib(plan.compute.total()), gib(plan.compute.by_kind[kind(StateKind::kWorking)]), big.name, gib(state),
+        gib(plan.compute.total()), gib(working), streamed, big.name, gib(state),
         gib(plan.compute.activations), gib(plan.compute.budget)));
   }
+  if (host_weights > plan.host.budget)
+    why.push_back(fmt::format("the streamed weights' host copy needs {} per rank ({} on the machine, shared by {} local "
+                              "rank(s)) but memory.host_bytes minus the pinned pool leaves {}",
+                              gib(host_weights), gib(sp.home_bytes), sp.sharers, gib(plan.host.budget)));
   if (plan.pinned.staging > plan.pinned.budget)
     why.push_back(fmt::format("pinned staging pool needs {} ({} units of master+moments of {}) but memory.pinned_bytes is {}",
                               gib(plan.pinned.staging), mem.prefetch_depth + 1, gib(unit_off), gib(plan.pinned.budget)));
   if (plan.pinned.budget > host_all)
     why.push_back(fmt::format("memory.pinned_bytes {} exceeds memory.host_bytes {}", gib(plan.pinned.budget), gib(host_all)));
-  if (mem.home == "host" && plan.host.total() > plan.host.budget)
+  const std::string after_weights =
+      host_weights > 0 ? fmt::format(", less {} for the streamed weights", gib(host_weights)) : "";
+  if (mem.home == "host" && plan.host.total() > plan.host.budget && host_weights <= plan.host.budget)
     why.push_back(fmt::format("memory.home = \"host\": master/moments need {} of host memory but {} is left for "
-                              "resident copies (memory.host_bytes minus the pinned pool)",
-                              gib(plan.host.total()), gib(plan.host.budget)));
+                              "resident copies (memory.host_bytes minus the pinned pool{})",
+                              gib(plan.host.total() - host_weights), gib(host_units), after_weights));
   if (plan.nvme.total() > 0 && mem.nvme_paths.empty())
     why.push_back(fmt::format("{} of master/moments do not fit host memory ({} for resident copies: memory.host_bytes "
-                              "minus the pinned pool) and memory.nvme_paths is empty",
-                              gib(plan.nvme.total()), gib(plan.host.budget)));
+                              "minus the pinned pool{}) and memory.nvme_paths is empty",
+                              gib(plan.nvme.total()), gib(host_units), after_weights));
+  if (sp.on() && !sp.keeps_up && !mem.accept_slow_stream) {
+    const UnitShape& slow = plan.units[sp.slowest_unit];
+    why.push_back(fmt::format(
+        "the weight stream cannot keep up: with unit '{}' active a step copies {} of streamed weights ({:.2f} s at "
+        "{:g} GB/s) against {:.2f} s of layer compute at {:g} TFLOP/s, leaving {:.2f} s exposed (over 10% of "
+        "compute); give a micro-batch more tokens (train.batch_size x train.seq_len, now {}), a faster link "
+        "(memory.stream_gbps), fewer streamed layers, or memory.accept_slow_stream = true",
+        slow.name, gib(sp.per_unit[sp.slowest_unit].bytes), sp.per_unit[sp.slowest_unit].copy_s, sp.gbps,
+        sp.compute_s_per_step, sp.tflops,
+        sp.exposed_s_per_step, train.batch_size * train.seq_len));
+  }
   plan.fits = why.empty();
   for (size_t i = 0; i < why.size(); ++i) plan.why_not += (i ? "; " : "") + why[i];
   return plan;
 }
 
 // ---- Report ----
+
+namespace {
+
+// "layer.0 .. layer.27" for blocks [first, last]; "layer.5" for one.
+std::string block_range(const MemoryPlan& p, int first, int last) {
+  return first == last ? p.blocks[first].name : p.blocks[first].name + " .. " + p.blocks[last].name;
+}
+
+// The "weight stream:" paragraph: what streams, what it costs the compute tier and host memory,
+// and whether the copies hide behind compute at the assumed rates.
+std::string format_stream(const MemoryPlan& p) {
+  const StreamPlan& s = p.stream;
+  const int layers = static_cast<int>(p.blocks.size()) - 2;
+  int first = -1, last = -1;
+  for (int b = 0; b < static_cast<int>(s.streamed.size()); ++b)
+    if (s.streamed[b]) last = b, first = first < 0 ? b : first;
+  const int n = s.streamed_count();
+  std::ostringstream os;
+  os << fmt::format("weight stream: {} of {} decoder layers streamed from host memory ({})", n, layers,
+                    block_range(p, first, last));
+  if (n < layers) {
+    const bool contiguous = last - first + 1 == n;
+    os << fmt::format(", {} resident{}", layers - n,
+                      contiguous && first == 1 ? fmt::format(" ({})", block_range(p, last + 1, layers)) : "");
+  }
+  os << "\n";
+  os << fmt::format("  compute tier: window {} x {} + active buffer {} (the active unit's streamed layers)\n",
+                    s.depth, gib(s.slot_bytes), gib(s.active_bytes));
+  os << fmt::format("  host: {}, one copy on the machine shared by {} local rank(s): {} charged to this rank\n",
+                    gib(s.home_bytes), s.sharers, gib((s.home_bytes + s.sharers - 1) / s.sharers));
+  os << fmt::format("  per step at {:g} GB/s and {:g} TFLOP/s (memory.stream_gbps, stream_tflops):\n", s.gbps, s.tflops);
+  auto unit_line = [&](int u, const char* what) {
+    const StreamPlan::UnitFigures& f = s.per_unit[u];
+    os << fmt::format("    unit '{}' active ({}): copies {} in {:.2f} s against {:.2f} s of layer compute, {:.3f} s "
+                      "exposed\n",
+                      p.units[u].name, what, gib(f.bytes), f.copy_s, f.compute_s, f.exposed_s);
+  };
+  if (s.worst_unit == s.slowest_unit) {
+    unit_line(s.worst_unit, s.exposed_s_per_step > 0 ? "the most bytes and the most exposed" : "the most bytes");
+  } else {
+    unit_line(s.worst_unit, "the most bytes");
+    unit_line(s.slowest_unit, "the most exposed");
+  }
+  os << "  " << (s.keeps_up ? "keeps up: the copies hide behind compute (exposed <= 10% of it)"
+                            : std::string("cannot keep up: exposed copy time is over 10% of compute") +
+                                  (p.fits ? " (memory.accept_slow_stream: the copies will be exposed)" : ""))
+     << "\n";
+  return os.str();
+}
+
+}  // namespace
 
 std::string format_plan(const MemoryPlan& p) {
   std::ostringstream os;
@@ -401,8 +660,15 @@ std::string format_plan(const MemoryPlan& p) {
   row("pinned staging", p.pinned);
   row("host", p.host);
   row("nvme", p.nvme);
-  os << fmt::format("(compute: all working weights and rotary tables + the largest unit's state + worst-case activations{})\n",
+  const StreamPlan& sp = p.stream;
+  os << fmt::format("(compute: {} + the largest unit's state + worst-case activations{})\n",
+                    sp.on() ? "resident working weights, rotary tables, the stream window and the active buffer"
+                            : "all working weights and rotary tables",
                     p.activations_estimated ? " (estimated)" : " (memory.activation_bytes)");
+  if (sp.on())
+    os << fmt::format("(host: the streamed weights' home, {} on the machine shared by {} local rank(s), first; then "
+                      "inactive master/moments)\n",
+                      gib(sp.home_bytes), sp.sharers);
 
   // Blocks: consecutive blocks with the same placement share a line.
   os << "\nblocks (home of each state between visits; grad exists only while the block is active):\n";
@@ -413,6 +679,7 @@ std::string format_plan(const MemoryPlan& p) {
       if (pl.bytes == 0) continue;
       std::string where = pl.has_home ? tier_name(pl.home)
                                       : (k == static_cast<int>(StateKind::kGrad) ? "compute when active" : "none");
+      if (k == static_cast<int>(StateKind::kWorking) && pl.has_home && pl.home != Tier::kCompute) where += " (streamed)";
       s += fmt::format("{}{} {} {:.0f} MiB", s.empty() ? "" : ", ", state_kind_name(static_cast<StateKind>(k)),
                        where, static_cast<double>(pl.bytes) / (1024.0 * 1024.0));
     }
@@ -427,6 +694,7 @@ std::string format_plan(const MemoryPlan& p) {
     os << fmt::format("  {:<28} {}\n", names, pat);
     i = j;
   }
+  if (sp.on()) os << "\n" << format_stream(p);
   os << "\n" << (p.fits ? std::string("fits") : "does not fit: " + p.why_not) << "\n";
   return os.str();
 }

@@ -34,6 +34,7 @@
 #include "model/llama.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "runtime/cuda_torch.h"
 #include "runtime/launcher.h"
 #include "runtime/run_setup.h"
 #include "runtime/sampler.h"
@@ -424,8 +425,14 @@ int run(int argc, char** argv) {
     share_machine_memory(cfg.memory, device, plan_ranks);  // each of the ranks on this machine
     const int shards = plan_ranks > 1 && cfg.dist.shard_state && cfg.optim.impl == "fused" ? plan_ranks : 1;
     // A run for the GPU is planned as it will run there, GPU at hand or not (a login node).
-    const bool fused = !attention_keeps_scores(device.is_cuda() || cfg.train.device == "cuda");
-    const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory, shards, fused);
+    const bool on_cuda = device.is_cuda() || cfg.train.device == "cuda";
+    const bool fused = !attention_keeps_scores(on_cuda);
+    // The weight stream's rates: [memory] stream_gbps / stream_tflops, else this GPU's (a known
+    // one's peak), else a 4090-class default.
+    const std::optional<double> peak =
+        device.is_cuda() ? gpu_peak_tflops(cuda_device_name(cuda_index(device)), cfg.train.dtype) : std::nullopt;
+    const StreamRates rates = resolve_stream_rates(cfg.memory, cfg.train, on_cuda, peak);
+    const MemoryPlan p = plan_memory(mc, cfg.bcd, cfg.train, cfg.memory, shards, fused, plan_ranks, rates);
     if (plan_ranks > 1)
       fmt::print("per rank, {} ranks on this machine ({})\n", plan_ranks,
                  shards > 1 ? "block state sharded: each rank holds 1/" + std::to_string(shards)
