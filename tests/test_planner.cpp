@@ -1,5 +1,6 @@
 // Memory planner tests: block layouts against real LlamaModel blocks, units against make_units,
 // tier placement rules, budgets and the `bcdtrain plan` command on the shipped configs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "memory/planner.h"
@@ -530,8 +531,9 @@ TEST(PlannerStream, NeedsActivationCheckpointing) {
 TEST(PlannerStream, HostMustHoldTheStreamedWeights) {
   BcdConfig b;
   b.enabled = true;
-  const MemoryPlan p = plan_memory(llama2_13b(), b, bf16_train(2, 2048), streaming(budgets(24 * kGiB, 8 * kGiB, 16 * kGiB, {"/x"}), "on"),
-                                   1, true, 1, {25, 80});
+  MemoryConfig host_only = streaming(budgets(24 * kGiB, 8 * kGiB, 16 * kGiB, {"/x"}), "on");
+  host_only.stream_home = "host";  // "auto" homes what does not fit on NVMe (LayersThatDoNotFitHostMemoryStreamFromNvme)
+  const MemoryPlan p = plan_memory(llama2_13b(), b, bf16_train(2, 2048), host_only, 1, true, 1, {25, 80});
   EXPECT_FALSE(p.fits);
   EXPECT_NE(p.why_not.find("the streamed weights' host copy needs 23.63 GiB per rank"), std::string::npos) << p.why_not;
   // two local ranks share the machine's one copy
@@ -540,6 +542,80 @@ TEST(PlannerStream, HostMustHoldTheStreamedWeights) {
   EXPECT_TRUE(two.fits) << two.why_not;
   EXPECT_EQ(working_of(two.host), 40 * 317204480ull);
   EXPECT_EQ(two.host.by_kind[static_cast<int>(StateKind::kMaster)], 0u) << "no host room left for master/moments";
+}
+
+// Streamed layers that do not fit host memory are homed on the NVMe tier, the bottom ones (read
+// least) first, each rank its own copy there, read through depth + 1 pinned buffers of a layer;
+// "nvme" sends every streamed layer there, "host" refuses instead, and the NVMe-homed layers'
+// copies run at the slower of the link and the drive.
+TEST(PlannerStream, LayersThatDoNotFitHostMemoryStreamFromNvme) {
+  BcdConfig b;
+  b.enabled = true;
+  const TrainConfig t = bf16_train(2, 2048);
+  const uint64_t layer = 2 * 317204480ull;
+  const uint64_t stage = 3 * ((layer + 4095) / 4096 * 4096);
+  const MemoryConfig mem = streaming(budgets(24 * kGiB, 12 * kGiB, 24 * kGiB, {"/nvme"}), "on");
+  const MemoryPlan p = plan_memory(llama2_13b(), b, t, mem, 1, true, 1, {25, 80, 6});
+  ASSERT_TRUE(p.stream.on());
+  const StreamPlan& s = p.stream;
+  int first_host = -1, on_nvme = 0;
+  for (int l = 0; l < 40; ++l) {
+    const Tier home = s.home[l + 1];
+    ASSERT_TRUE(home == Tier::kPinned || home == Tier::kNvme) << "layer " << l;
+    if (home == Tier::kNvme) {
+      ++on_nvme;
+      EXPECT_LT(first_host, 0) << "layer." << l << " on NVMe above a host-homed layer";
+    } else if (first_host < 0) {
+      first_host = l;
+    }
+    EXPECT_EQ(p.blocks[l + 1].at(StateKind::kWorking).home, home);
+  }
+  ASSERT_GT(on_nvme, 0);
+  ASSERT_LT(on_nvme, 40);
+  EXPECT_EQ(s.nvme_bytes, static_cast<uint64_t>(on_nvme) * layer);
+  EXPECT_EQ(working_of(p.nvme), s.nvme_bytes);
+  EXPECT_EQ(working_of(p.host), static_cast<uint64_t>(40 - on_nvme) * layer);
+  EXPECT_EQ(s.staging_bytes, stage);
+  // one more host-homed layer would not have fit host memory less the pinned pool
+  EXPECT_GT(working_of(p.host) + layer, 24 * kGiB - 12 * kGiB);
+  EXPECT_LE(working_of(p.host), 24 * kGiB - 12 * kGiB);
+  const std::string report = format_plan(p);
+  EXPECT_NE(report.find("working nvme (streamed)"), std::string::npos) << report;
+  EXPECT_NE(report.find(fmt::format("host memory ({}) and the NVMe tier ({})", 40 - on_nvme, on_nvme)), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("at 6 GB/s (memory.stream_nvme_gbps) through 3 pinned buffers"), std::string::npos) << report;
+  // The pinned pool holds the units' slabs and the read buffers.
+  MemoryConfig off = mem;
+  off.stream_weights = "off";
+  off.compute_bytes = Bytes{1ull << 50, false};
+  EXPECT_EQ(p.pinned.staging, plan_memory(llama2_13b(), b, t, off, 1, true).pinned.staging + stage);
+
+  // "nvme": every streamed layer there, none in host memory; a slower drive shows in the copy time
+  MemoryConfig all = mem;
+  all.stream_home = "nvme";
+  const MemoryPlan n = plan_memory(llama2_13b(), b, t, all, 1, true, 1, {25, 80, 6});
+  EXPECT_EQ(n.stream.nvme_bytes, 40 * layer);
+  EXPECT_EQ(working_of(n.host), 0u);
+  const uint64_t bytes = n.stream.per_unit[n.stream.worst_unit].bytes;
+  EXPECT_NEAR(n.stream.copy_s_per_step, static_cast<double>(bytes) / 6e9, 1e-6 * n.stream.copy_s_per_step);
+  // "host": refused when the copy does not fit
+  MemoryConfig host = mem;
+  host.stream_home = "host";
+  const MemoryPlan h = plan_memory(llama2_13b(), b, t, host, 1, true, 1, {25, 80, 6});
+  EXPECT_FALSE(h.fits);
+  EXPECT_EQ(h.stream.nvme_bytes, 0u);
+  EXPECT_NE(h.why_not.find("the streamed weights' host copy needs"), std::string::npos) << h.why_not;
+  // NVMe homes need NVMe paths
+  MemoryConfig nopath = all;
+  nopath.nvme_paths.clear();
+  nopath.home = "host";
+  nopath.host_bytes = Bytes{1ull << 45, false};
+  const MemoryPlan np = plan_memory(llama2_13b(), b, t, nopath, 1, true, 1, {25, 80, 6});
+  EXPECT_FALSE(np.fits);
+  EXPECT_NE(np.why_not.find("of streamed layers' weights are homed on NVMe (memory.stream_home = \"nvme\") and "
+                            "memory.nvme_paths is empty"),
+            std::string::npos)
+      << np.why_not;
 }
 
 // Copies at `gbps` against compute at `tflops`: too few tokens per micro-batch leave the copies

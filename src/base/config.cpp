@@ -351,10 +351,14 @@ void validate_config(const Config& c) {
     if (p.empty()) user_error("config: [memory] nvme_paths: an entry is empty");
   if (mem.stream_weights != "auto" && mem.stream_weights != "on" && mem.stream_weights != "off")
     user_error("config: [memory] stream_weights: expected auto, on or off, got \"{}\"", mem.stream_weights);
+  if (mem.stream_home != "auto" && mem.stream_home != "host" && mem.stream_home != "nvme")
+    user_error("config: [memory] stream_home: expected auto, host or nvme, got \"{}\"", mem.stream_home);
   if (mem.stream_depth < 2 || mem.stream_depth > 16)
     user_error("config: [memory] stream_depth: expected 2 to 16 window buffers, got {}", mem.stream_depth);
   if (!(mem.stream_gbps >= 0) || mem.stream_gbps > 1e6)
     user_error("config: [memory] stream_gbps: expected GB/s >= 0 (0: by device), got {}", mem.stream_gbps);
+  if (!(mem.stream_nvme_gbps >= 0) || mem.stream_nvme_gbps > 1e6)
+    user_error("config: [memory] stream_nvme_gbps: expected GB/s >= 0 (0: by device), got {}", mem.stream_nvme_gbps);
   if (!(mem.stream_tflops >= 0) || mem.stream_tflops > 1e6)
     user_error("config: [memory] stream_tflops: expected TFLOP/s >= 0 (0: by device), got {}", mem.stream_tflops);
   const DistConfig& d = c.dist;

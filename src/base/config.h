@@ -209,9 +209,11 @@ struct MemoryConfig {
   bool keep_nvme_state = false;   // leave the NVMe tier's files when the run ends
   // Frozen decoder layers' working weights streamed from host memory (DESIGN.md §2).
   std::string stream_weights = "auto";  // auto (only what does not fit), on (every layer), off
+  std::string stream_home = "auto";  // home of streamed weights: auto (host memory first, the rest on NVMe), host, nvme
   int64_t stream_depth = 2;       // compute-tier window buffers for streamed layers (>= 2)
   double stream_gbps = 0;         // host -> compute copy bandwidth the plan assumes; 0 = by device
   double stream_tflops = 0;       // sustained compute the plan assumes; 0 = by device
+  double stream_nvme_gbps = 0;    // NVMe read bandwidth the plan assumes for NVMe-homed layers; 0 = by device
   bool accept_slow_stream = false;  // train even when the plan says the stream cannot keep up
 
   template <class V>
@@ -228,12 +230,18 @@ struct MemoryConfig {
     v("stream_weights", stream_weights,
       "frozen decoder layers' working weights live in host memory and stream to the compute tier as they are used: "
       "auto (only the layers that do not fit the compute budget), on (every decoder layer), off (all resident)");
+    v("stream_home", stream_home,
+      "home of streamed layers' weights: auto (host memory, one copy per machine, first; the layers that do not fit "
+      "it on the NVMe tier, read through pinned buffers), host, nvme");
     v("stream_depth", stream_depth, "compute-tier window buffers for streamed layers: 2 = double buffering");
     v("stream_gbps", stream_gbps,
       "host -> compute copy bandwidth in GB/s the plan assumes (0: 25 on CUDA, PCIe 4.0 x16 pinned; 10 on the CPU)");
     v("stream_tflops", stream_tflops,
       "sustained compute in TFLOP/s the plan assumes for hiding the stream (0: half of train.peak_tflops or of a "
       "known GPU's peak, else 80 on CUDA; 0.1 on the CPU)");
+    v("stream_nvme_gbps", stream_nvme_gbps,
+      "NVMe read bandwidth in GB/s the plan assumes for layers whose weights are homed there (0: 6 on CUDA, a PCIe "
+      "4.0 drive; 2 on the CPU)");
     v("accept_slow_stream", accept_slow_stream,
       "train even when the plan says the weight stream cannot keep up with compute (its copies would be exposed)");
   }

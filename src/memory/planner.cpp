@@ -216,8 +216,10 @@ StreamRates resolve_stream_rates(const MemoryConfig& mem, const TrainConfig& tra
     const std::optional<double> peak = train.peak_tflops > 0 ? std::optional<double>(train.peak_tflops) : device_peak_tflops;
     r.tflops = peak && *peak > 0 ? 0.5 * *peak : 80;
   }
+  if (on_cuda) r.nvme_gbps = 6;  // one PCIe 4.0 NVMe drive's sequential reads
   if (mem.stream_gbps > 0) r.gbps = mem.stream_gbps;
   if (mem.stream_tflops > 0) r.tflops = mem.stream_tflops;
+  if (mem.stream_nvme_gbps > 0) r.nvme_gbps = mem.stream_nvme_gbps;
   return r;
 }
 
@@ -306,7 +308,9 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
       if (s.streamed[b] && !own[b]) {
         const uint64_t n = static_cast<uint64_t>(shapes[b].numel) * w;
         bytes += n;
-        x.copy_s = static_cast<double>(n) / (s.gbps * 1e9);
+        // NVMe homes: read, then copied; the two overlap across layers, the slower one sets the pace
+        const double gbps = s.home[b] == Tier::kNvme ? std::min(s.gbps, s.nvme_gbps) : s.gbps;
+        x.copy_s = static_cast<double>(n) / (gbps * 1e9);
       }
       uses.push_back(x);
     };
@@ -322,7 +326,9 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
     // (rounding of the two sums aside: below a nanosecond per second of compute is none)
     const double exposed = per_pass > 1e-9 * compute / accum ? accum * per_pass : 0.0;
     const uint64_t step_bytes = static_cast<uint64_t>(t.grad_accum) * bytes;
-    s.per_unit.push_back({step_bytes, static_cast<double>(step_bytes) / (s.gbps * 1e9), compute, exposed});
+    double copy = 0;
+    for (const StreamUse& x : uses) copy += x.copy_s;
+    s.per_unit.push_back({step_bytes, accum * copy, compute, exposed});
     if (i == 0 || step_bytes > s.bytes_per_step) s.bytes_per_step = step_bytes, s.worst_unit = static_cast<int>(i);
     const double ratio = compute > 0 ? exposed / compute : 0;
     if (ratio > worst_ratio) worst_ratio = ratio, s.slowest_unit = static_cast<int>(i);
@@ -330,7 +336,7 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
   if (worst_ratio == 0) s.slowest_unit = s.worst_unit;
   s.compute_s_per_step = s.per_unit[s.slowest_unit].compute_s;
   s.exposed_s_per_step = s.per_unit[s.slowest_unit].exposed_s;
-  s.copy_s_per_step = static_cast<double>(s.bytes_per_step) / (s.gbps * 1e9);
+  s.copy_s_per_step = s.per_unit[s.worst_unit].copy_s;
   s.keeps_up = worst_ratio <= 0.10;
 }
 
@@ -458,11 +464,9 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   plan.stream = layout(n_streamed);
   if (plan.stream.on()) {
     plan.compute.by_kind[kind(StateKind::kWorking)] = need(plan.stream) - others;
-    const uint64_t sharers = static_cast<uint64_t>(plan.stream.sharers);
-    plan.host.by_kind[kind(StateKind::kWorking)] = (plan.stream.home_bytes + sharers - 1) / sharers;
     plan.stream.gbps = mem.stream_gbps > 0 ? mem.stream_gbps : rates.gbps;
     plan.stream.tflops = mem.stream_tflops > 0 ? mem.stream_tflops : rates.tflops;
-    model_stream(plan.stream, shapes, plan.units, model, train, w);
+    plan.stream.nvme_gbps = mem.stream_nvme_gbps > 0 ? mem.stream_nvme_gbps : rates.nvme_gbps;
     if (!model.activation_checkpointing)
       why.push_back("memory.stream_weights = on streams frozen layers' weights, which needs "
                     "model.activation_checkpointing = true (backward recomputes each layer with its weights fetched "
@@ -476,11 +480,45 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   unit_off = (unit_off + 4095) / 4096 * 4096;
   plan.pinned.staging =
       unit_off > 0 ? saturated_bytes((static_cast<double>(mem.prefetch_depth) + 1) * static_cast<double>(unit_off)) : 0;
+  const uint64_t host_all = mem.host_bytes.is_auto ? meminfo_bytes("MemAvailable") : mem.host_bytes.value;
+
+  // Streamed weights' homes (memory.stream_home): host memory first, one copy per machine, for the
+  // top streamed layers (the most used); what does not fit goes to the NVMe tier, each rank its own
+  // copy, read through depth + 1 pinned buffers (one per window buffer, one for switches and
+  // checkpoints). The stream model then runs at the homes' rates.
+  if (plan.stream.on()) {
+    StreamPlan& s = plan.stream;
+    const uint64_t sharers = static_cast<uint64_t>(s.sharers);
+    auto share = [&](uint64_t b) { return (b + sharers - 1) / sharers; };
+    const uint64_t stage = static_cast<uint64_t>(s.depth + 1) * ((s.slot_bytes + 4095) / 4096 * 4096);
+    const uint64_t pinned_units = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
+    const uint64_t avail_all = host_all > pinned_units ? host_all - pinned_units : 0;
+    if (mem.stream_home == "nvme" || (mem.stream_home == "auto" && share(s.home_bytes) > avail_all)) {
+      const uint64_t avail = mem.stream_home == "nvme"                 ? 0
+                             : !mem.pinned_bytes.is_auto              ? avail_all
+                             : avail_all > stage                      ? avail_all - stage
+                                                                      : 0;
+      uint64_t host = 0;
+      for (int b = n_layers; b >= 1; --b) {
+        if (!s.streamed[b]) continue;
+        const uint64_t bytes = static_cast<uint64_t>(shapes[b].numel) * w;
+        if (mem.stream_home == "auto" && share(host + bytes) <= avail) {
+          host += bytes;
+        } else {
+          s.home[b] = Tier::kNvme;
+          s.nvme_bytes += bytes;
+        }
+      }
+      if (s.nvme_bytes > 0) s.staging_bytes = stage, plan.pinned.staging += stage;
+    }
+    plan.host.by_kind[kind(StateKind::kWorking)] = share(s.host_bytes());
+    plan.nvme.by_kind[kind(StateKind::kWorking)] = s.nvme_bytes;
+    model_stream(s, shapes, plan.units, model, train, w);
+  }
   plan.pinned.budget = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
 
   // Homes: first fit by unit in host memory (a unit moves as one I/O), the rest on NVMe;
   // memory.home = "host" or "nvme" places every unit there.
-  const uint64_t host_all = mem.host_bytes.is_auto ? meminfo_bytes("MemAvailable") : mem.host_bytes.value;
   plan.host.budget = host_all > plan.pinned.budget ? host_all - plan.pinned.budget : 0;
   plan.nvme.unlimited = true;
   // The streamed weights come first (read every step); units' homes get what is left.
@@ -518,7 +556,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     bp.params = shapes[b].params;
     bp.numel = shapes[b].numel;
     bp.state[kind(StateKind::kWorking)] = {static_cast<uint64_t>(shapes[b].numel) * w, true,
-                                           plan.stream.streamed[b] ? Tier::kPinned : Tier::kCompute};
+                                           plan.stream.streamed[b] ? plan.stream.home[b] : Tier::kCompute};
     const uint64_t st = own(trained[b]) * 4;
     if (trained[b] > 0) {
       const Tier home = single ? Tier::kCompute : plan.unit_home[block_unit[b]];
@@ -549,10 +587,19 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   if (host_weights > plan.host.budget)
     why.push_back(fmt::format("the streamed weights' host copy needs {} per rank ({} on the machine, shared by {} local "
                               "rank(s)) but memory.host_bytes minus the pinned pool leaves {}",
-                              gib(host_weights), gib(sp.home_bytes), sp.sharers, gib(plan.host.budget)));
+                              gib(host_weights), gib(sp.host_bytes()), sp.sharers, gib(plan.host.budget)));
   if (plan.pinned.staging > plan.pinned.budget)
-    why.push_back(fmt::format("pinned staging pool needs {} ({} units of master+moments of {}) but memory.pinned_bytes is {}",
-                              gib(plan.pinned.staging), mem.prefetch_depth + 1, gib(unit_off), gib(plan.pinned.budget)));
+    why.push_back(fmt::format("pinned staging pool needs {} ({} units of master+moments of {}{}) but memory.pinned_bytes is {}",
+                              gib(plan.pinned.staging), mem.prefetch_depth + 1, gib(unit_off),
+                              sp.staging_bytes > 0 ? fmt::format(", and {} to read NVMe-homed layers' weights through",
+                                                                 gib(sp.staging_bytes))
+                                                   : "",
+                              gib(plan.pinned.budget)));
+  if (sp.nvme_bytes > 0 && mem.nvme_paths.empty())
+    why.push_back(fmt::format("{} of streamed layers' weights are homed on NVMe (memory.stream_home = \"{}\"{}) and "
+                              "memory.nvme_paths is empty",
+                              gib(sp.nvme_bytes), mem.stream_home,
+                              mem.stream_home == "auto" ? ": they do not fit host memory" : ""));
   if (plan.pinned.budget > host_all)
     why.push_back(fmt::format("memory.pinned_bytes {} exceeds memory.host_bytes {}", gib(plan.pinned.budget), gib(host_all)));
   const std::string after_weights =
@@ -561,20 +608,22 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     why.push_back(fmt::format("memory.home = \"host\": master/moments need {} of host memory but {} is left for "
                               "resident copies (memory.host_bytes minus the pinned pool{})",
                               gib(plan.host.total() - host_weights), gib(host_units), after_weights));
-  if (plan.nvme.total() > 0 && mem.nvme_paths.empty())
+  if (plan.nvme.total() - sp.nvme_bytes > 0 && mem.nvme_paths.empty())
     why.push_back(fmt::format("{} of master/moments do not fit host memory ({} for resident copies: memory.host_bytes "
                               "minus the pinned pool{}) and memory.nvme_paths is empty",
-                              gib(plan.nvme.total()), gib(host_units), after_weights));
+                              gib(plan.nvme.total() - sp.nvme_bytes), gib(host_units), after_weights));
   if (sp.on() && !sp.keeps_up && !mem.accept_slow_stream) {
     const UnitShape& slow = plan.units[sp.slowest_unit];
     why.push_back(fmt::format(
         "the weight stream cannot keep up: with unit '{}' active a step copies {} of streamed weights ({:.2f} s at "
-        "{:g} GB/s) against {:.2f} s of layer compute at {:g} TFLOP/s, leaving {:.2f} s exposed (over 10% of "
+        "{} GB/s) against {:.2f} s of layer compute at {:g} TFLOP/s, leaving {:.2f} s exposed (over 10% of "
         "compute); give a micro-batch more tokens (train.batch_size x train.seq_len, now {}), a faster link "
-        "(memory.stream_gbps), fewer streamed layers, or memory.accept_slow_stream = true",
-        slow.name, gib(sp.per_unit[sp.slowest_unit].bytes), sp.per_unit[sp.slowest_unit].copy_s, sp.gbps,
-        sp.compute_s_per_step, sp.tflops,
-        sp.exposed_s_per_step, train.batch_size * train.seq_len));
+        "(memory.stream_gbps){}, fewer streamed layers, or memory.accept_slow_stream = true",
+        slow.name, gib(sp.per_unit[sp.slowest_unit].bytes), sp.per_unit[sp.slowest_unit].copy_s,
+        sp.nvme_bytes > 0 ? fmt::format("{:g} GB/s, NVMe-homed layers at {:g}", sp.gbps, sp.nvme_gbps)
+                          : fmt::format("{:g}", sp.gbps),
+        sp.compute_s_per_step, sp.tflops, sp.exposed_s_per_step, train.batch_size * train.seq_len,
+        sp.nvme_bytes > 0 ? " or host memory for the NVMe-homed layers (memory.host_bytes)" : ""));
   }
   plan.fits = why.empty();
   for (size_t i = 0; i < why.size(); ++i) plan.why_not += (i ? "; " : "") + why[i];
@@ -600,7 +649,12 @@ std::string format_stream(const MemoryPlan& p) {
     if (s.streamed[b]) last = b, first = first < 0 ? b : first;
   const int n = s.streamed_count();
   std::ostringstream os;
-  os << fmt::format("weight stream: {} of {} decoder layers streamed from host memory ({})", n, layers,
+  int on_nvme = 0;
+  for (Tier t : s.home) on_nvme += t == Tier::kNvme ? 1 : 0;
+  os << fmt::format("weight stream: {} of {} decoder layers streamed from {} ({})", n, layers,
+                    on_nvme == 0   ? std::string("host memory")
+                    : on_nvme == n ? std::string("the NVMe tier")
+                                   : fmt::format("host memory ({}) and the NVMe tier ({})", n - on_nvme, on_nvme),
                     block_range(p, first, last));
   if (n < layers) {
     const bool contiguous = last - first + 1 == n;
@@ -610,8 +664,14 @@ std::string format_stream(const MemoryPlan& p) {
   os << "\n";
   os << fmt::format("  compute tier: window {} x {} + active buffer {} (the active unit's streamed layers)\n",
                     s.depth, gib(s.slot_bytes), gib(s.active_bytes));
-  os << fmt::format("  host: {}, one copy on the machine shared by {} local rank(s): {} charged to this rank\n",
-                    gib(s.home_bytes), s.sharers, gib((s.home_bytes + s.sharers - 1) / s.sharers));
+  if (s.host_bytes() > 0)
+    os << fmt::format("  host: {}, one copy on the machine shared by {} local rank(s): {} charged to this rank\n",
+                      gib(s.host_bytes()), s.sharers, gib((s.host_bytes() + s.sharers - 1) / s.sharers));
+  if (s.nvme_bytes > 0) {
+    os << fmt::format("  nvme: {} layers' weights, {} on this rank's NVMe tier, read at {:g} GB/s "
+                      "(memory.stream_nvme_gbps) through {} pinned buffers ({})\n",
+                      on_nvme, gib(s.nvme_bytes), s.nvme_gbps, s.depth + 1, gib(s.staging_bytes));
+  }
   os << fmt::format("  per step at {:g} GB/s and {:g} TFLOP/s (memory.stream_gbps, stream_tflops):\n", s.gbps, s.tflops);
   auto unit_line = [&](int u, const char* what) {
     const StreamPlan::UnitFigures& f = s.per_unit[u];
@@ -665,10 +725,10 @@ std::string format_plan(const MemoryPlan& p) {
                     sp.on() ? "resident working weights, rotary tables, the stream window and the active buffer"
                             : "all working weights and rotary tables",
                     p.activations_estimated ? " (estimated)" : " (memory.activation_bytes)");
-  if (sp.on())
+  if (sp.on() && sp.host_bytes() > 0)
     os << fmt::format("(host: the streamed weights' home, {} on the machine shared by {} local rank(s), first; then "
                       "inactive master/moments)\n",
-                      gib(sp.home_bytes), sp.sharers);
+                      gib(sp.host_bytes()), sp.sharers);
 
   // Blocks: consecutive blocks with the same placement share a line.
   os << "\nblocks (home of each state between visits; grad exists only while the block is active):\n";

@@ -61,8 +61,9 @@ ShardRange shard_range(int64_t elems, int rank, int ranks);
 // What the stream model assumes: host -> compute copy bandwidth and sustained compute. The
 // defaults are the CPU's; a GPU run resolves them with resolve_stream_rates.
 struct StreamRates {
-  double gbps = 10;     // GB/s (1e9 bytes/s)
-  double tflops = 0.1;  // TFLOP/s (1e12 FLOP/s)
+  double gbps = 10;      // GB/s (1e9 bytes/s)
+  double tflops = 0.1;   // TFLOP/s (1e12 FLOP/s)
+  double nvme_gbps = 2;  // NVMe reads of layers homed there, GB/s
 };
 
 // [memory] stream_gbps / stream_tflops where given (> 0), else by device: on CUDA 25 GB/s (PCIe
@@ -125,7 +126,12 @@ struct StreamPlan {
   int depth = 0;               // window buffers (memory.stream_depth); 0 when nothing streams
   uint64_t slot_bytes = 0;     // the largest streamed block's working bytes
   uint64_t active_bytes = 0;   // max over units of its streamed blocks' working bytes (each block once)
-  uint64_t home_bytes = 0;     // all streamed blocks' working bytes: the machine's host copy
+  uint64_t home_bytes = 0;     // all streamed blocks' working bytes
+  uint64_t nvme_bytes = 0;     // of which homed on the NVMe tier (home kNvme; each rank its own copy);
+                               // the rest is the machine's host copy
+  uint64_t staging_bytes = 0;  // NVMe homes: depth + 1 pinned read buffers of slot_bytes (4 KiB rounded)
+  double nvme_gbps = 0;        // NVMe reads at this rate (the copy of such a layer runs at the slower one)
+  uint64_t host_bytes() const { return home_bytes - nvme_bytes; }
   int sharers = 1;             // local ranks sharing that copy: each is charged ceil(home / sharers)
   double gbps = 0, tflops = 0; // the rates the figures below assume
   // Per unit (as MemoryPlan::units), when on(): what one step with it active streams.
