@@ -1,13 +1,15 @@
 // WeightStream and HostWeights (memory/weight_stream.h) on their own: every acquire hands out
 // the block's own bytes whatever the order of uses, an announced order is prefetched (no miss
 // after the first pass, the next pass included), nested uses share a buffer, an invalidated
-// block is copied again, and a shared host copy is one memory seen by every mapping.
+// block is copied again, NVMe homes stream through staging buffers and a failed read reaches
+// no compute buffer, and a shared host copy is one memory seen by every mapping.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -15,7 +17,10 @@
 #include <vector>
 
 #include "base/error.h"
+#include "io/direct_io.h"
+#include "io/fault_engine.h"
 #include "memory/weight_stream.h"
+#include "test_util.h"
 
 namespace bcd {
 namespace {
@@ -29,9 +34,9 @@ struct Fixture {
       for (size_t i = 0; i < homes.back().size(); ++i) homes.back()[i] = static_cast<char>(b * 31 + i * 7);
     }
     window.resize(depth, std::vector<char>(block_bytes));
-    std::vector<const void*> hp;
+    std::vector<StreamSource> hp;
     std::vector<uint64_t> bytes;
-    for (auto& h : homes) hp.push_back(h.empty() ? nullptr : h.data()), bytes.push_back(h.size());
+    for (auto& h : homes) hp.push_back(StreamSource{h.empty() ? nullptr : h.data()}), bytes.push_back(h.size());
     std::vector<void*> slots;
     for (auto& w : window) slots.push_back(w.data());
     stream = std::make_unique<WeightStream>(hp, bytes, slots, block_bytes, make_thread_copier());
@@ -132,6 +137,89 @@ TEST(WeightStream, AnInvalidatedBlockIsCopiedAgain) {
   f.stream->invalidate(4);
   f.stream->expect(order);
   for (int b : order) f.use(b);
+}
+
+// Blocks 1..n-1 homed on an extent store (O_DIRECT where the filesystem allows), with faults.
+struct NvmeFixture {
+  NvmeFixture(int n_blocks, std::vector<Fault> faults, uint64_t block_bytes = 3 * 4096 + 512)
+      : dir("bcd-wstream"), plan(std::make_shared<FaultPlan>(std::move(faults))) {
+    store = std::make_unique<ExtentStore>(
+        std::vector<std::string>{dir.path()}, StoreOptions{}, [this](IoOp, const EngineOptions& eo) -> std::unique_ptr<IoEngine> {
+          return std::make_unique<FaultEngine>(make_io_engine(eo), plan);
+        });
+    const uint64_t slot = (block_bytes + 4095) / 4096 * 4096;
+    std::vector<StreamSource> src(n_blocks);
+    std::vector<uint64_t> bytes(n_blocks, 0);
+    AlignedBuffer buf(slot);
+    for (int b = 1; b < n_blocks; ++b) {
+      for (uint64_t i = 0; i < block_bytes; ++i) buf.data()[i] = static_cast<char>(b * 13 + i * 5);
+      homes.emplace_back(buf.data(), buf.data() + block_bytes);
+      src[b] = StreamSource{nullptr, store.get(), store->create("w." + std::to_string(b), block_bytes)};
+      store->write(src[b].object, buf.data());
+      bytes[b] = block_bytes;
+    }
+    homes.insert(homes.begin(), std::vector<char>());
+    for (int s = 0; s < 2; ++s) window.emplace_back(slot, 0), staging.emplace_back(slot);
+    std::vector<void*> slots, stage;
+    for (int s = 0; s < 2; ++s) slots.push_back(window[s].data()), stage.push_back(staging[s].data());
+    stream = std::make_unique<WeightStream>(src, bytes, slots, slot, make_thread_copier(), stage);
+  }
+  test::TempDir dir;
+  std::shared_ptr<FaultPlan> plan;
+  std::unique_ptr<ExtentStore> store;
+  std::vector<std::vector<char>> homes, window;
+  std::vector<AlignedBuffer> staging;
+  std::unique_ptr<WeightStream> stream;
+};
+
+TEST(WeightStream, NvmeHomesStreamThroughStagingBuffers) {
+  NvmeFixture f(6, {});
+  std::vector<int> order = {1, 2, 3, 4, 5, 5, 4, 3};
+  for (int pass = 0; pass < 2; ++pass) {
+    f.stream->expect(order);
+    for (int b : order) {
+      const void* p = f.stream->acquire(b);
+      ASSERT_EQ(std::memcmp(p, f.homes[b].data(), f.homes[b].size()), 0) << "block " << b << " pass " << pass;
+      f.stream->release(b);
+    }
+  }
+  EXPECT_EQ(f.stream->stats().misses, 0u);
+  EXPECT_EQ(f.stream->stats().nvme_bytes, f.stream->stats().bytes);
+}
+
+// The 3rd read fails (EIO), then a later one returns a flipped bit: each use of a block whose read
+// failed throws a UserError naming the object, and its compute buffer never sees the bad bytes.
+TEST(WeightStream, AFailedNvmeReadStopsTheUseBeforeItsBytesAreUsed) {
+  for (const Fault& fault : {Fault{IoOp::kRead, 3, FaultKind::kEio}, Fault{IoOp::kRead, 3, FaultKind::kBitFlip, 77}}) {
+    NvmeFixture f(6, {fault});
+    f.stream->expect({1, 2, 3, 4, 5});
+    int failed = -1;
+    std::string what;
+    for (int b = 1; b <= 5 && failed < 0; ++b) {
+      try {
+        const void* p = f.stream->acquire(b);
+        ASSERT_EQ(std::memcmp(p, f.homes[b].data(), f.homes[b].size()), 0) << "block " << b;
+        f.stream->release(b);
+      } catch (const UserError& e) {
+        failed = b, what = e.what();
+      }
+    }
+    ASSERT_GT(failed, 0) << to_string(fault.kind) << ": no use failed";
+    EXPECT_NE(what.find("w."), std::string::npos) << what;
+    // The failed read's bytes went to no compute buffer: each holds nothing yet or a block's exact bytes.
+    for (const auto& w : f.window) {
+      bool exact = std::all_of(w.begin(), w.end(), [](char c) { return c == 0; });
+      for (int b = 1; b <= 5; ++b) exact = exact || std::memcmp(w.data(), f.homes[b].data(), f.homes[b].size()) == 0;
+      EXPECT_TRUE(exact) << to_string(fault.kind) << ": a window buffer holds bytes of no block";
+    }
+    // A later use reads again: the fault was one request, so the block comes back whole.
+    f.stream->expect({});
+    for (int b = 1; b <= 5; ++b) {
+      const void* p = f.stream->acquire(b);
+      EXPECT_EQ(std::memcmp(p, f.homes[b].data(), f.homes[b].size()), 0) << "block " << b;
+      f.stream->release(b);
+    }
+  }
 }
 
 TEST(HostWeights, ASharedCopyIsOneMemoryForEveryMapping) {

@@ -130,18 +130,26 @@ HostWeights& HostWeights::operator=(HostWeights&& o) noexcept {
 
 // ---- WeightStream ----
 
-WeightStream::WeightStream(std::vector<const void*> homes, std::vector<uint64_t> bytes, std::vector<void*> slots,
-                           uint64_t slot_bytes, std::unique_ptr<ComputeCopier> copier)
+WeightStream::WeightStream(std::vector<StreamSource> homes, std::vector<uint64_t> bytes, std::vector<void*> slots,
+                           uint64_t slot_bytes, std::unique_ptr<ComputeCopier> copier, std::vector<void*> staging)
     : homes_(std::move(homes)), bytes_(std::move(bytes)), slot_bytes_(slot_bytes), copier_(std::move(copier)) {
-  BCD_CHECK(homes_.size() == bytes_.size() && slots.size() >= 2 && copier_, "WeightStream: {} homes, {} sizes, {} slots",
-            homes_.size(), bytes_.size(), slots.size());
-  for (size_t b = 0; b < bytes_.size(); ++b)
-    BCD_CHECK(bytes_[b] <= slot_bytes_ && (bytes_[b] == 0 || homes_[b]), "WeightStream: block {} ({} bytes) vs slots of {}",
-              b, bytes_[b], slot_bytes_);
-  for (void* p : slots) slots_.push_back(Slot{p});
+  BCD_CHECK(homes_.size() == bytes_.size() && slots.size() >= 2 && copier_ && (staging.empty() || staging.size() == slots.size()),
+            "WeightStream: {} homes, {} sizes, {} slots, {} staging buffers", homes_.size(), bytes_.size(), slots.size(),
+            staging.size());
+  for (size_t b = 0; b < bytes_.size(); ++b) {
+    const StreamSource& h = homes_[b];
+    BCD_CHECK(bytes_[b] <= slot_bytes_ && (bytes_[b] == 0 || h.host || h.on_nvme()) && (!h.on_nvme() || !staging.empty()),
+              "WeightStream: block {} ({} bytes) vs slots of {}", b, bytes_[b], slot_bytes_);
+  }
+  for (size_t s = 0; s < slots.size(); ++s) slots_.push_back(Slot{slots[s], staging.empty() ? nullptr : staging[s]});
 }
 
 WeightStream::~WeightStream() {
+  for (Slot& s : slots_)
+    if (s.read) try {
+        homes_[s.block].store->wait(s.read);
+      } catch (const std::exception&) {  // nothing uses it any more
+      }
   if (copier_) copier_->fence();
 }
 
@@ -170,11 +178,38 @@ int WeightStream::free_slot(const std::vector<int>& keep) const {
 
 void WeightStream::copy_into(int slot, int block) {
   Slot& s = slots_[slot];
-  // Ordered after the compute side's work so far: the slot's last user has finished with it.
-  s.token = copier_->copy_in(s.ptr, homes_[block], bytes_[block]);
+  const StreamSource& h = homes_[block];
+  if (s.read) land(s);  // (a slot is never refilled while its read is in flight; kept safe)
   s.block = block;
   stats_.bytes += bytes_[block];
   stats_.copies += 1;
+  if (h.on_nvme()) {
+    // The staging buffer's last copy out must be over before a read overwrites it.
+    copier_->wait(s.token);
+    s.token = 0;
+    s.read = h.store->read_async(h.object, s.staging);
+    stats_.nvme_bytes += bytes_[block];
+    return;
+  }
+  // Ordered after the compute side's work so far: the slot's last user has finished with it.
+  s.token = copier_->copy_in(s.ptr, h.host, bytes_[block]);
+}
+
+void WeightStream::land(Slot& s) {
+  const Ticket t = std::exchange(s.read, 0);
+  try {
+    homes_[s.block].store->wait(t);  // UserError on an I/O error or a checksum mismatch
+  } catch (...) {
+    last_failed_ = s.block;
+    s.block = -1;  // holds nothing usable
+    throw;
+  }
+  s.token = copier_->copy_in(s.ptr, s.staging, bytes_[s.block]);
+}
+
+void WeightStream::poll() {
+  for (Slot& s : slots_)
+    if (s.read && homes_[s.block].store->done(s.read)) land(s);
 }
 
 void WeightStream::expect(const std::vector<int>& order) {
@@ -186,6 +221,7 @@ void WeightStream::expect(const std::vector<int>& order) {
 }
 
 void WeightStream::prefetch_ahead(int current) {
+  poll();
   // The next depth - 1 uses (depth when nothing is held), from the cursor, wrapping around.
   std::vector<int> want;
   if (current >= 0) want.push_back(current);
@@ -224,8 +260,9 @@ void* WeightStream::acquire(int block) {
     copy_into(s, block);
   }
   Slot& sl = slots_[s];
-  sl.users = 1;
   const auto t0 = std::chrono::steady_clock::now();
+  if (sl.read) land(sl);  // an NVMe read still in flight: wait for it, then copy
+  sl.users = 1;
   if (copier_->on_cuda()) copier_->fence();  // the compute stream waits on the copies' events
   else copier_->wait(sl.token);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -246,8 +283,15 @@ void WeightStream::invalidate(int block) {
   const int s = slot_of(block);
   if (s < 0) return;
   BCD_CHECK(slots_[s].users == 0, "WeightStream::invalidate: block {} is in use", block);
-  copier_->wait(slots_[s].token);  // a copy still reading the old home finishes first
-  slots_[s].block = -1;
+  Slot& sl = slots_[s];
+  if (sl.read) {  // a read of the old weights: its result is not wanted, nor its error
+    try {
+      homes_[block].store->wait(std::exchange(sl.read, 0));
+    } catch (const UserError&) {
+    }
+  }
+  copier_->wait(sl.token);  // a copy still reading the old home finishes first
+  sl.block = -1;
 }
 
 }  // namespace bcd

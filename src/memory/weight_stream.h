@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "io/extent_store.h"
 #include "memory/compute_copy.h"
 
 namespace bcd {
@@ -55,8 +56,18 @@ class HostWeights {
   bool registered_ = false;
 };
 
+// Where a streamed block's weights come from: host memory, or an object of an extent store on
+// the NVMe tier, read into a pinned staging buffer and copied from there.
+struct StreamSource {
+  const void* host = nullptr;
+  ExtentStore* store = nullptr;
+  ObjectId object = 0;
+  bool on_nvme() const { return store != nullptr; }
+};
+
 struct WeightStreamStats {
   uint64_t bytes = 0;      // host -> compute copies issued
+  uint64_t nvme_bytes = 0; // of which read from the NVMe tier first
   uint64_t copies = 0;
   uint64_t misses = 0;     // uses whose block was not on its way (a copy issued at the use)
   double stall_s = 0;      // the training thread waiting for copies (CPU: measured; CUDA: the
@@ -68,10 +79,11 @@ struct WeightStreamStats {
 
 class WeightStream {
  public:
-  // `homes[b]`: block b's weights in host memory, `bytes[b]` of them (0: b is not streamed);
-  // `slots`: `slot_bytes`-sized compute buffers, at least 2. The copier moves host -> compute.
-  WeightStream(std::vector<const void*> homes, std::vector<uint64_t> bytes, std::vector<void*> slots,
-               uint64_t slot_bytes, std::unique_ptr<ComputeCopier> copier);
+  // `homes[b]`: where block b's weights are, `bytes[b]` of them (0: b is not streamed); `slots`:
+  // `slot_bytes`-sized compute buffers, at least 2. The copier moves host -> compute. With NVMe
+  // homes, `staging` holds one pinned 4 KiB-aligned buffer of `slot_bytes` per slot.
+  WeightStream(std::vector<StreamSource> homes, std::vector<uint64_t> bytes, std::vector<void*> slots,
+               uint64_t slot_bytes, std::unique_ptr<ComputeCopier> copier, std::vector<void*> staging = {});
   ~WeightStream();  // waits for the copies in flight
   WeightStream(const WeightStream&) = delete;
   WeightStream& operator=(const WeightStream&) = delete;
@@ -83,7 +95,9 @@ class WeightStream {
   // follow it, wrapping around to its start after its end.
   void expect(const std::vector<int>& order);
   // A compute buffer holding `block`'s weights, until release(block); acquires of a block
-  // already held nest. Compute-side work issued after this sees the copy done.
+  // already held nest. Compute-side work issued after this sees the copy done. UserError (naming
+  // the object and file) when its NVMe read failed or its checksum did not match: nothing of it
+  // reaches the compute buffer then.
   void* acquire(int block);
   void release(int block);
   // `block`'s home changed (its weights were updated elsewhere): a copy of it in a slot is stale.
@@ -91,21 +105,28 @@ class WeightStream {
   bool held(int block) const;
 
   const WeightStreamStats& stats() const { return stats_; }
+  int last_failed() const { return last_failed_; }  // the block of the latest read that failed, -1: none
 
  private:
   struct Slot {
     void* ptr = nullptr;
+    void* staging = nullptr;        // NVMe homes: the pinned buffer a read lands in
     int block = -1;                 // whose weights it holds or receives
     ComputeCopier::Token token = 0;
+    Ticket read = 0;                // NVMe read in flight into `staging` (0: none)
     int users = 0;                  // acquires not yet released
   };
+  // An NVMe read into the slot's staging buffer is over: its copy to the compute buffer starts
+  // (or the slot is emptied and the read's error thrown).
+  void land(Slot& s);
+  void poll();  // lands the reads that are done
   int slot_of(int block) const;
   // A slot free for a new copy: not in use, not holding one of `keep`; -1 when none.
   int free_slot(const std::vector<int>& keep) const;
   void copy_into(int slot, int block);
   void prefetch_ahead(int current);
 
-  std::vector<const void*> homes_;
+  std::vector<StreamSource> homes_;
   std::vector<uint64_t> bytes_;
   std::vector<Slot> slots_;
   uint64_t slot_bytes_;
@@ -113,6 +134,7 @@ class WeightStream {
   std::vector<int> order_;  // streamed blocks of the pass, in use order
   size_t cursor_ = 0;       // next expected position in order_
   WeightStreamStats stats_;
+  int last_failed_ = -1;
 };
 
 }  // namespace bcd
