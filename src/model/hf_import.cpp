@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -175,13 +176,23 @@ HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
   uint64_t bytes = 0;
   for (const Located& l : found) bytes += l.info->nbytes();
   Progress reading("importing " + dir, bytes, "B");
+  // A block whose weights live on the NVMe tier is open while its tensors come in (they come
+  // block by block, in the model's order), and goes home when the next block starts.
+  std::optional<BlockAccess> access;
+  int open_block = -1;
   for (const Located& l : found) {
     std::vector<uint8_t> buf = l.file->read(*l.info);
     torch::Tensor src = torch::from_blob(buf.data(), l.info->shape, torch_dtype_of(l.info->dtype));
+    if (l.want->block != open_block) {
+      if (access) access->commit();
+      access.emplace(model, l.want->block);
+      open_block = l.want->block;
+    }
     model.block(l.want->block).param(l.want->slot).copy_(src);
     elems_by_dtype[l.info->dtype] += l.info->numel();
     reading.add(l.info->nbytes());
   }
+  if (access) access->commit();
   reading.finish();
 
   HfImportInfo info;

@@ -194,11 +194,29 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts, std::o
   if (seed) init_weights(*seed);
 }
 
+BlockAccess::BlockAccess(const LlamaModel& model, int block) : w_(model.layer_weights()), block_(block) {
+  if (w_) w_->open_block(block_);
+}
+
+BlockAccess::~BlockAccess() {
+  if (w_ && open_) try {
+      w_->close_block(block_, false);
+    } catch (const std::exception&) {  // closing without a write does no I/O; nothing to report
+    }
+}
+
+void BlockAccess::commit() {
+  if (!w_ || !open_) return;
+  open_ = false;
+  w_->close_block(block_, true);
+}
+
 void LlamaModel::init_weights(uint64_t seed) {
   torch::NoGradGuard ng;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const double out_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
   for (Block& b : blocks_) {
+    BlockAccess access(*this, static_cast<int>(&b - blocks_.data()));
     b.data().zero_();
     for (size_t i = 0; i < b.slots().size(); ++i) {
       const ParamSlot& s = b.slots()[i];
@@ -213,6 +231,7 @@ void LlamaModel::init_weights(uint64_t seed) {
         p.copy_(r);
       }
     }
+    access.commit();
   }
 }
 

@@ -31,6 +31,12 @@ class LayerWeights {
   virtual void expect(const std::vector<int>& blocks) = 0;
   virtual void acquire(int block) = 0;
   virtual void release(int block) = 0;
+  // Access outside a pass (initialisation, weights files, checkpoints) to a block whose data()
+  // does not always hold its weights (a home on the NVMe tier): between open_block and
+  // close_block it does; closing with `commit` sends what was written home (UserError on an I/O
+  // error). Through BlockAccess; no-ops for every other block.
+  virtual void open_block(int block) { (void)block; }
+  virtual void close_block(int block, bool commit) { (void)block, (void)commit; }
 };
 
 class LlamaModel {
@@ -109,6 +115,22 @@ class LlamaModel {
   std::vector<Block> blocks_;
   torch::Tensor cos_, sin_;
   LayerWeights* weights_ = nullptr;
+};
+
+// A scope in which model.block(block).data() holds the block's weights, to read them or (then
+// commit()) to write them; see LayerWeights::open_block.
+class BlockAccess {
+ public:
+  BlockAccess(const LlamaModel& model, int block);
+  ~BlockAccess();  // closes without sending writes home unless commit() ran
+  BlockAccess(const BlockAccess&) = delete;
+  BlockAccess& operator=(const BlockAccess&) = delete;
+  void commit();
+
+ private:
+  LayerWeights* w_;
+  int block_;
+  bool open_ = true;
 };
 
 // Whether causal_attention keeps a T x T score matrix for backward (the planner counts it): with

@@ -31,6 +31,7 @@ void save_weights(const LlamaModel& model, const std::string& path, const std::s
   f.group("/blocks");
   for (int i = 0; i < model.n_blocks(); ++i) {
     const Block& b = model.block(i);
+    const BlockAccess access(model, i);
     torch::Tensor d = b.data().detach().to(torch::kCPU, torch::kFloat32).contiguous();
     f.floats("/blocks/" + b.name(), d.data_ptr<float>(), static_cast<uint64_t>(d.numel()));
   }
@@ -48,7 +49,8 @@ std::string read_weights_attr(const std::string& path, const std::string& name) 
 
 void load_weights(LlamaModel& model, const std::string& path) {
   const StateFileReader f = open_checked(path);
-  std::vector<torch::Tensor> loaded;
+  // Every block's shape first, so a file for another model changes nothing; then one block at a
+  // time (a 13B model is 52 GB in fp32: never all of it in memory at once).
   for (int i = 0; i < model.n_blocks(); ++i) {
     const Block& b = model.block(i);
     const std::string name = "/blocks/" + b.name();
@@ -56,12 +58,16 @@ void load_weights(LlamaModel& model, const std::string& path) {
     const uint64_t n = f.length(name);
     if (static_cast<int64_t>(n) != b.numel())
       user_error("{}: block {} has {} elements, the model expects {}", path, b.name(), n, b.numel());
-    torch::Tensor t = torch::empty({b.numel()}, torch::kFloat32);
-    f.floats(name, t.data_ptr<float>(), n);
-    loaded.push_back(t);
   }
   torch::NoGradGuard ng;
-  for (int i = 0; i < model.n_blocks(); ++i) model.block(i).data().copy_(loaded[i]);
+  for (int i = 0; i < model.n_blocks(); ++i) {
+    Block& b = model.block(i);
+    torch::Tensor t = torch::empty({b.numel()}, torch::kFloat32);
+    f.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(b.numel()));
+    BlockAccess access(model, i);
+    b.data().copy_(t);
+    access.commit();
+  }
 }
 
 }  // namespace bcd

@@ -59,7 +59,9 @@ void write_checkpoint_file(RunSetup& run, int64_t step, const std::string& token
   w.attr("/", "step", step);
   w.attr("/", "tokens", step * run.tokens_per_step());
   w.attr("/", "world_size", static_cast<int64_t>(run.pg->world_size()));
-  for (const Block& b : run.model.blocks()) {
+  for (int i = 0; i < run.model.n_blocks(); ++i) {
+    const Block& b = run.model.block(i);
+    const BlockAccess access(run.model, i);  // a streamed block homed on NVMe is read back for this
     torch::Tensor t = b.data().detach().to(torch::kCPU, torch::kFloat32).contiguous();
     w.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(t.numel()));
   }
@@ -155,11 +157,14 @@ int64_t read_train_state(RunSetup& run, const std::string& path) {
   // the weights of every block, then the optimizer state of every unit
   Progress reading("reading checkpoint " + fs::path(path).filename().string(),
                    run.model.blocks().size() + run.units.size(), "parts");
-  for (Block& b : run.model.blocks()) {
+  for (int i = 0; i < run.model.n_blocks(); ++i) {
+    Block& b = run.model.block(i);
     torch::Tensor t = torch::empty({b.numel()}, torch::kFloat32);
     ck.floats("/blocks/" + b.name(), t.data_ptr<float>(), static_cast<uint64_t>(b.numel()));
     torch::NoGradGuard ng;
+    BlockAccess access(run.model, i);
     b.data().copy_(t);
+    access.commit();
     reading.add();
   }
   SchedulerState ss;
