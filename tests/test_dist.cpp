@@ -428,6 +428,28 @@ TEST_F(DataParallel, StoppedRunResumesExactlyAndOnOneRank) {
     EXPECT_NEAR(mo[i]["loss"].get<double>(), mf[i]["loss"].get<double>(), 1e-5 * mf[i]["loss"].get<double>()) << i + 1;
 }
 
+// Frozen layers' weights streamed from one shared host copy (memory.stream_weights): bitwise the
+// all-resident run on 2 ranks, with each rank charged half of the copy, and nothing left in
+// /dev/shm after the run.
+TEST_F(DataParallel, StreamedWeightsFromOneSharedCopyTrainBitwiseLikeResident) {
+  const std::string extra = " --model.n_layers=6 --model.activation_checkpointing=true --bcd.layers_per_block=1"
+                            " --bcd.order=random";
+  const auto [ma, mb] = bitwise_pair("stream-off", "stream-on", 10, extra, " --memory.stream_weights=on");
+  ASSERT_FALSE(mb.empty());
+  EXPECT_FALSE(ma.back().contains("stream_bytes"));
+  EXPECT_GT(mb.back()["stream_bytes_total"].get<uint64_t>(), 0u);
+  // Each rank's share of the host copy: half of the 6 layers' working weights (fp32).
+  Config cfg = load_config(test::source_path("configs/tiny.toml"),
+                           {"--model.d_model=128", "--model.d_ff=384", "--model.n_kv_heads=2", "--model.n_layers=6",
+                            "--model.vocab_size=2048"});
+  LlamaModel m(cfg.model, torch::kFloat32, std::nullopt);
+  uint64_t layers = 0;
+  for (int i = 1; i <= 6; ++i) layers += static_cast<uint64_t>(m.block(i).data().nbytes());
+  EXPECT_EQ(mb.back()["memory"]["host"]["peak_working"].get<uint64_t>(), (layers + 1) / 2);
+  for (const auto& e : fs::directory_iterator("/dev/shm"))
+    EXPECT_EQ(e.path().filename().string().find("bcdtrain-weights"), std::string::npos) << e.path();
+}
+
 // Ranks on one machine split its RAM: each plans with half of what one rank alone would get.
 TEST_F(DataParallel, RanksOnOneMachineShareItsMemory) {
   const std::string extra = " --train.steps=2";

@@ -122,6 +122,14 @@ void BlockAdamW::activate(int unit) {
     grad_charge_.reset();
     if (!keep_state_) steps_[prev] = 0, has_moments_[prev] = false;
   }
+  if (switch_hook_ && prev != unit) {
+    std::vector<int> prev_blocks;
+    if (prev >= 0)
+      for (const UnitPiece& p : units_[prev].pieces) prev_blocks.push_back(p.block);
+    std::vector<int> blocks;
+    for (const UnitPiece& p : units_[unit].pieces) blocks.push_back(p.block);
+    switch_hook_(prev_blocks, blocks);
+  }
   bool fresh = false;  // moments already zeroed
   if (prev != unit) {
     // The previous unit's image goes home; this unit's comes in (or starts fresh).

@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -57,6 +58,11 @@ class BlockAdamW {
   // trainable. Call at every switch, also when a new visit is of the same unit.
   void activate(int unit);
   int active() const { return active_; }
+  // Called by activate() between freezing the previous unit and touching the new one's weights,
+  // with both units' blocks (prev's empty when none): streamed weights move here
+  // (runtime/streamed_weights.h).
+  using SwitchHook = std::function<void(const std::vector<int>& prev_blocks, const std::vector<int>& blocks)>;
+  void set_switch_hook(SwitchHook hook) { switch_hook_ = std::move(hook); }
   const std::vector<TrainUnit>& units() const { return units_; }
 
   // Look-ahead: start moving these units' state toward the compute tier (the stager's prefetch).
@@ -152,6 +158,7 @@ class BlockAdamW {
   Charge grad_charge_;               // the active unit's gradient buffers
   std::vector<GradRange> grad_ranges_;  // the active unit's, by owning rank
   std::unique_ptr<Stager> stager_;
+  SwitchHook switch_hook_;
 };
 
 }  // namespace bcd

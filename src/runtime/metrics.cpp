@@ -87,6 +87,17 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
                            {"compute_in", st.compute_in_bytes}, {"compute_out", st.compute_out_bytes}};
     logged_staging_ = st;
   }
+  if (run.streamed) {  // frozen layers' weights streamed from host memory: this step's, and totals
+    const WeightStreamStats& t = run.streamed->totals();
+    rec["stream_bytes"] = s.stream_bytes;
+    rec["stream_stall_ms"] = 1e3 * s.stream_stall_s;
+    rec["stream_layer_stall_ms_max"] = 1e3 * s.stream_layer_stall_s;
+    rec["stream_layer_stall_ms_mean"] = s.stream_uses > 0 ? 1e3 * s.stream_stall_s / static_cast<double>(s.stream_uses) : 0.0;
+    if (s.stream_stall_block >= 0) rec["stream_layer_stall_block"] = run.model.block(s.stream_stall_block).name();
+    rec["stream_bytes_total"] = t.bytes;
+    rec["stream_stall_ms_total"] = 1e3 * t.stall_s;
+    rec["stream_misses_total"] = t.misses;
+  }
   if (run.reducer) {  // data parallel: the gradient's trip over the ranks
     const GradReducer::Stats& c = run.reducer->stats();
     const double exposed_s = c.exposed_s_total + run.gather_s;  // sharded: the weights' all-gather too

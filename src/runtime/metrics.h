@@ -42,6 +42,12 @@ struct StepStats {
   double elapsed_s = 0;            // since the first step started
   double eta_s = 0;                // to the last step, at the run's pace so far
   std::optional<double> val_loss;
+  // Streamed frozen weights (memory.stream_weights), this step's: bytes copied host -> compute,
+  // the training thread's wait for them, and the longest wait for one layer (block index).
+  uint64_t stream_bytes = 0;
+  uint64_t stream_uses = 0;
+  double stream_stall_s = 0, stream_layer_stall_s = 0;
+  int stream_stall_block = -1;
 };
 
 // The records of one run: metrics.jsonl keys (see README) from a step's figures and the run's

@@ -116,7 +116,10 @@ MemoryPlan plan_run(Config& cfg, const std::vector<DataSource>& sources, const t
   apply_device_budget(cfg.memory, device);  // compute_bytes = auto: the GPU's memory on CUDA
   MemoryConfig mem = cfg.memory;             // the config keeps "auto": a resume may have other ranks
   share_machine_memory(mem, device, local_ranks);
-  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, mem, shards, !attention_keeps_scores(device.is_cuda()));
+  std::optional<double> gpu_peak;  // the stream model's compute rate, when memory.stream_tflops is 0
+  if (device.is_cuda()) gpu_peak = gpu_peak_tflops(cuda_device_name(cuda_index(device)), tc.dtype);
+  const StreamRates rates = resolve_stream_rates(mem, tc, device.is_cuda(), gpu_peak);
+  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, mem, shards, !attention_keeps_scores(device.is_cuda()), local_ranks, rates);
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
   // A GPU's allocator is held to the plan's compute budget: memory.compute_bytes = 24GiB on a
   // bigger card fails an allocation where a 24 GiB card would.
@@ -131,10 +134,53 @@ torch::TensorOptions working_options(const TrainConfig& tc, const torch::Device&
   return torch::TensorOptions(tc.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32).device(device);
 }
 
-uint64_t working_bytes(LlamaModel& model) {
+// The working weights resident on the compute tier: every block but the streamed ones (whose
+// host copy, window and active buffer StreamedWeights charges), and the rotary tables.
+uint64_t working_bytes(LlamaModel& model, const StreamedWeights* streamed) {
   uint64_t bytes = 0;
-  for (const Block& b : model.blocks()) bytes += static_cast<uint64_t>(b.data().nbytes());
+  for (int i = 0; i < model.n_blocks(); ++i)
+    if (!streamed || !streamed->streams(i)) bytes += static_cast<uint64_t>(model.block(i).data().nbytes());
   return bytes + static_cast<uint64_t>(model.rope_cos().nbytes() + model.rope_sin().nbytes());
+}
+
+// This rank's directories of the NVMe tier: memory.nvme_paths, each with a directory of its own
+// per rank when there are several (created here).
+std::vector<std::string> rank_nvme_paths(const MemoryConfig& mem, const ProcessGroup& pg) {
+  std::vector<std::string> paths = mem.nvme_paths;
+  if (pg.world_size() > 1)
+    for (std::string& path : paths) {
+      path += "/rank" + std::to_string(pg.rank());
+      std::error_code ec;
+      std::filesystem::create_directories(path, ec);
+      if (ec) user_error("config: [memory] nvme_paths: cannot create {} ({})", path, ec.message());
+    }
+  return paths;
+}
+
+// BCD_NVME_FAULTS: injected NVMe faults for a whole run (io/fault_engine.h), to see what a failing
+// drive does to training; the same plan for every store of the run (the stager's, the streamed
+// weights'). Said loudly: it is never what a user wants by accident. Empty without the variable.
+ExtentStore::EngineFactory nvme_engines(const ProcessGroup& pg) {
+  const char* spec = std::getenv("BCD_NVME_FAULTS");
+  if (!spec || !*spec) return {};
+  auto faults = std::make_shared<FaultPlan>(parse_faults(spec, "BCD_NVME_FAULTS"));  // its counts span the stores
+  fmt::print(stderr, "bcdtrain: warning: rank {}: BCD_NVME_FAULTS={}: injecting faults into the NVMe tier\n",
+             pg.rank(), spec);
+  return [faults](IoOp, const EngineOptions& eo) -> std::unique_ptr<IoEngine> {
+    return std::make_unique<FaultEngine>(make_io_engine(eo), faults);
+  };
+}
+
+// The plan's streamed layers (plan.stream), refused where BCD cannot keep them frozen.
+std::unique_ptr<StreamedWeights> make_streamed(const MemoryPlan& plan, const Config& cfg, const torch::Device& device,
+                                               MemoryAccounting& acct, ProcessGroup& pg, const DistEnv& env,
+                                               const ExtentStore::EngineFactory& engines) {
+  if (!plan.stream.on()) return nullptr;
+  if (!cfg.bcd.enabled || cfg.optim.impl != "fused")
+    user_error("config: [memory] stream_weights streams frozen layers' weights, which needs block coordinate descent "
+               "with the fused optimizer ([bcd] enabled = true, [optim] impl = \"fused\"); set stream_weights = \"off\"");
+  return std::make_unique<StreamedWeights>(plan, cfg.model, working_options(cfg.train, device), &acct, pg, env,
+                                           rank_nvme_paths(cfg.memory, pg), engines);
 }
 
 // [bcd] fixed_order as unit indices (order = "fixed"); UserError naming an unknown block.
@@ -188,11 +234,15 @@ RunSetup::RunSetup(Config config, std::string resume)
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
       plan(plan_run(cfg, sources, device, dist_env.local_world_size, shards(), acct)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
-      model(cfg.model, working_options(cfg.train, device), std::nullopt),  // drawn or read below, once
-      working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model)),
+      nvme_faults(nvme_engines(*pg)),
+      streamed(make_streamed(plan, cfg, device, acct, *pg, dist_env, nvme_faults)),
+      model(cfg.model, working_options(cfg.train, device), std::nullopt,  // drawn or read below, once
+            streamed ? LlamaModel::BlockStorage([this](int b) { return streamed->storage(b); }) : LlamaModel::BlockStorage()),
+      working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model, streamed.get())),
       units(make_units(model, cfg.bcd)),
       sched(static_cast<int>(units.size()), cfg.bcd, static_cast<uint64_t>(cfg.train.seed), fixed_order(units, cfg.bcd)),
       resume_from(std::move(resume)) {
+  if (streamed) streamed->attach(model);
   // The weights: a resume reads them from its checkpoint (below), [model] init_from from its
   // files (HF or .h5), else they are drawn from the seed.
   if (resume_from.empty() && !cfg.model.init_from.empty()) load_initial_weights(model, cfg.model.init_from);
@@ -212,6 +262,7 @@ RunSetup::RunSetup(Config config, std::string resume)
   } else if (block_opt) {
     block_opt->activate(sched.current());
   }
+  if (streamed) streamed->ready();  // every rank of the machine has written the shared weights
   prefetch();
 }
 
@@ -226,28 +277,16 @@ void RunSetup::make_optimizer() {
     storage.accounting = &acct;
     storage.unit_home = plan.unit_home;
     storage.stager.prefetch_depth = static_cast<int>(cfg.memory.prefetch_depth);
-    storage.stager.nvme_paths = cfg.memory.nvme_paths;
+    storage.stager.nvme_paths = rank_nvme_paths(cfg.memory, *pg);  // every rank stages its own state
     storage.shard_rank = shards() > 1 ? pg->rank() : 0;
     storage.shard_count = shards();
     if (device.is_cuda()) storage.stager.compute_stream = torch_current_cuda_stream(cuda_index(device));
-    if (pg->world_size() > 1)  // every rank stages its own state: a directory of its own on each path
-      for (std::string& path : storage.stager.nvme_paths) {
-        path += "/rank" + std::to_string(pg->rank());
-        std::error_code ec;
-        std::filesystem::create_directories(path, ec);
-        if (ec) user_error("config: [memory] nvme_paths: cannot create {} ({})", path, ec.message());
-      }
-    // BCD_NVME_FAULTS: injected NVMe faults for a whole run (io/fault_engine.h), to see what a
-    // failing drive does to training. Said loudly: it is never what a user wants by accident.
-    if (const char* spec = std::getenv("BCD_NVME_FAULTS"); spec && *spec) {
-      auto faults = std::make_shared<FaultPlan>(parse_faults(spec, "BCD_NVME_FAULTS"));
-      storage.stager.engine_factory = [faults](IoOp, const EngineOptions& eo) -> std::unique_ptr<IoEngine> {
-        return std::make_unique<FaultEngine>(make_io_engine(eo), faults);
-      };
-      fmt::print(stderr, "bcdtrain: warning: rank {}: BCD_NVME_FAULTS={}: injecting faults into the NVMe tier\n",
-                 pg->rank(), spec);
-    }
+    storage.stager.engine_factory = nvme_faults;
     block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == "keep", storage);
+    if (streamed)  // the active unit's streamed layers stay on the compute tier for its visit
+      block_opt->set_switch_hook([this](const std::vector<int>& prev, const std::vector<int>& next) {
+        streamed->switch_blocks(prev, next);
+      });
   }
   if (torch_opt && (cfg.train.checkpoint_every > 0 || !resume_from.empty()))
     user_error("config: checkpoints and --resume need [optim] impl = \"fused\" (got \"torch\")");
@@ -359,6 +398,18 @@ std::vector<std::string> RunSetup::banner() const {
                                 block_opt->stager().slab_count(),
                                 static_cast<double>(block_opt->stager().slab_bytes()) / (1 << 20),
                                 static_cast<int>(units.size()) - on_nvme, on_nvme));
+  }
+  if (streamed) {
+    const StreamPlan& sp = plan.stream;
+    lines.push_back(fmt::format("weights: {} of {} layers streamed from host memory ({:.2f} GiB{}), window {} x {:.1f} MiB; "
+                                "plan: {:.2f} GB per step, {:.1f} ms of copies against {:.1f} ms of compute ({:g} GB/s, "
+                                "{:g} TFLOP/s assumed)",
+                                streamed->streamed_count(), cfg.model.n_layers,
+                                static_cast<double>(streamed->host_bytes()) / (1 << 30),
+                                streamed->shared() ? fmt::format(", one copy shared by {} ranks", dist_env.local_world_size) : "",
+                                streamed->depth(), static_cast<double>(sp.slot_bytes) / (1 << 20),
+                                static_cast<double>(sp.bytes_per_step) / 1e9, 1e3 * sp.copy_s_per_step,
+                                1e3 * sp.compute_s_per_step, sp.gbps, sp.tflops));
   }
   if (pg->world_size() > 1)
     lines.push_back(fmt::format("dist: {} ranks ({}), {} sequences per rank per micro-batch, gradient buckets of "

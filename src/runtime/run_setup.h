@@ -24,6 +24,7 @@
 #include "runtime/grad_reducer.h"
 #include "runtime/optimizer.h"
 #include "runtime/process_group.h"
+#include "runtime/streamed_weights.h"
 
 namespace bcd {
 
@@ -84,8 +85,10 @@ class RunSetup {
   MemoryAccounting acct;         // budgets from the plan
   const MemoryPlan plan;
   Charge activations;            // the plan's activation reservation on the compute tier
+  const ExtentStore::EngineFactory nvme_faults;  // BCD_NVME_FAULTS: faults for every NVMe store of the run, else empty
+  std::unique_ptr<StreamedWeights> streamed;  // frozen layers' weights from host memory (plan.stream), or none
   LlamaModel model;
-  Charge working;                // every block's working weights
+  Charge working;                // the resident blocks' working weights (streamed ones: `streamed` charges them)
   const std::vector<TrainUnit> units;
   BcdScheduler sched;
   std::vector<Charge> torch_state;        // torch's AdamW: gradients and moments of every block

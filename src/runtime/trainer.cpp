@@ -227,6 +227,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     } catch (const IoError& e) {
       stop_on_io_error(run, ahead, switch_due, step, e);
     }
+    if (run.streamed) run.streamed->take();  // what validation or sampling streamed is not this step's
     StepStats s;
     s.step = step;
     s.unit = run.sched.current();
@@ -234,14 +235,27 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     s.flops = run.step_flops();
     run.model.zero_grad();
     torch::Tensor loss_sum;  // on the device; read on the steps that need the figure (below)
-    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-      torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
-      Batch batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
-      torch::Tensor loss = run.model.loss(batch, run.grad_from(), below);  // forward; no autograd below the active unit
-      if (micro == tc.grad_accum - 1) run.arm_reduction();           // buckets go out as backward fills them
-      (loss / static_cast<double>(tc.grad_accum)).backward();        // backward stops at the active unit
-      run.accumulate_gradients(micro == tc.grad_accum - 1);          // bf16: summed in fp32
-      loss_sum = micro == 0 ? loss.detach() : loss_sum + loss.detach();
+    try {
+      for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+        torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
+        Batch batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
+        torch::Tensor loss = run.model.loss(batch, run.grad_from(), below);  // forward; no autograd below the active unit
+        if (micro == tc.grad_accum - 1) run.arm_reduction();           // buckets go out as backward fills them
+        (loss / static_cast<double>(tc.grad_accum)).backward();        // backward stops at the active unit
+        run.accumulate_gradients(micro == tc.grad_accum - 1);          // bf16: summed in fp32
+        loss_sum = micro == 0 ? loss.detach() : loss_sum + loss.detach();
+      }
+    } catch (const IoError& e) {
+      // A streamed layer's weights could not be read from the NVMe tier: the read failed before
+      // anything computed with them, and the step stops before its update.
+      const std::string dir = tc.run_dir + "/checkpoints";
+      const auto kept = fs::is_directory(dir) ? list_checkpoints(dir) : std::vector<std::string>{};
+      user_error("{}\ntraining stopped by an I/O error in step {}, before its update: nothing was trained on the "
+                 "failed read; {}",
+                 e.what(), step,
+                 kept.empty() ? std::string("no checkpoint of this run was written before")
+                              : fmt::format("the newest checkpoint is {}: once the drive is fixed, `bcdtrain train "
+                                            "--resume {}`", kept.back(), tc.run_dir));
     }
     if (run.can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
     run.reduce_gradients();                                      // mean over ranks (the rest of the buckets)
@@ -262,6 +276,11 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
                  tc.log_every > 1 && world == 1 ? fmt::format(" (read every {} steps: it diverged at or before this one)", tc.log_every) : "");
     const torch::Tensor grad_norm = run.clip_gradients();  // clip
     run.update(s.lr);                                            // AdamW
+    if (run.streamed) {  // the frozen layers' weights this step streamed, and its waits for them
+      const StreamStepStats st = run.streamed->take();
+      s.stream_bytes = st.bytes, s.stream_uses = st.uses, s.stream_stall_s = st.stall_s;
+      s.stream_layer_stall_s = st.max_layer_stall_s, s.stream_stall_block = st.max_stall_block;
+    }
     if (logs) s.grad_norm = grad_norm.item<double>();
     const double dt = seconds_since(t0);
     train_s += dt, interval_s += dt, ++interval_steps, interval_flops += s.flops;
