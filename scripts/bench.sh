@@ -16,6 +16,7 @@ usage() {
   echo "        prepare       bcdtrain prepare tokens/s (every core) vs spm_encode, and peak RSS" >&2
   echo "        data-memory   peak RSS of prepare and train on a 100 MiB vs a 2 GiB corpus" >&2
   echo "        staging       BCD step time with master + moments on NVMe vs in host memory" >&2
+  echo "        streaming     BCD step time with frozen layers' weights streamed from host memory vs resident" >&2
   echo "        comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)" >&2
   echo "        dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency" >&2
   echo "        memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)" >&2
@@ -31,7 +32,7 @@ case "$name" in
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
   finetune) target=bench_finetune; program=tests/bench_finetune ;;
-  io | prepare | data-memory) target=bcdtrain; program="" ;;
+  io | prepare | data-memory | streaming) target=bcdtrain; program="" ;;
   staging) target=bench_staging; program=tests/bench_staging ;;
   memory) target=bench_memory; program=tests/bench_memory ;;
   comm | dp) target=bench_dp; program="tests/bench_dp $name" ;;
@@ -58,5 +59,6 @@ case "$name" in
   io) BCD_IOBENCH="$build/bcdtrain iobench" exec scripts/bench_io.sh "$@" ;;
   prepare) BCD_BUILD_DIR=$build exec scripts/bench_prepare.sh "$@" ;;
   data-memory) BCD_BUILD_DIR=$build exec scripts/bench_data_memory.sh "$@" ;;
+  streaming) BCD_BUILD_DIR=$build exec scripts/bench_streaming.sh "$@" ;;
 esac
 exec $build/$program "$@"
