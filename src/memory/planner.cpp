@@ -1,5 +1,6 @@
 // Memory planner: block layouts from the model shape, BCD units, home tiers and budget checks.
 #include "memory/planner.h"
+#include "memory/plan_detail.h"
 
 #include <fmt/format.h>
 
@@ -25,13 +26,6 @@ uint64_t saturated_bytes(double b) {
   return b >= kMax ? uint64_t{1} << 62 : static_cast<uint64_t>(std::max(b, 0.0));
 }
 
-// GiB as the table prints them; sizes too small to show there in MiB or bytes.
-std::string gib(uint64_t b) {
-  const double x = static_cast<double>(b);
-  if (x >= kGiB / 100) return fmt::format("{:.2f} GiB", x / kGiB);
-  if (x >= 1024.0 * 1024.0 / 100) return fmt::format("{:.2f} MiB", x / (1024.0 * 1024.0));
-  return fmt::format("{} bytes", b);
-}
 
 struct Slot {
   int64_t numel;
@@ -68,6 +62,20 @@ BlockShape layout(std::string name, const std::vector<Slot>& slots) {
 }
 
 }  // namespace
+
+namespace plan_detail {
+
+// GiB as the table prints them; sizes too small to show there in MiB or bytes.
+std::string gib(uint64_t b) {
+  const double x = static_cast<double>(b);
+  if (x >= kGiB / 100) return fmt::format("{:.2f} GiB", x / kGiB);
+  if (x >= 1024.0 * 1024.0 / 100) return fmt::format("{:.2f} MiB", x / (1024.0 * 1024.0));
+  return fmt::format("{} bytes", b);
+}
+
+}  // namespace plan_detail
+
+using namespace plan_detail;
 
 // ---- Shapes ----
 
@@ -205,142 +213,6 @@ uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, c
   else total = n * layer + logits;
   return saturated_bytes(total);
 }
-
-// ---- The weight stream ----
-
-StreamRates resolve_stream_rates(const MemoryConfig& mem, const TrainConfig& train, bool on_cuda,
-                                 std::optional<double> device_peak_tflops) {
-  StreamRates r;  // the CPU's
-  if (on_cuda) {
-    r.gbps = 25;  // PCIe 4.0 x16 from pinned memory, what a 4090 sustains
-    const std::optional<double> peak = train.peak_tflops > 0 ? std::optional<double>(train.peak_tflops) : device_peak_tflops;
-    r.tflops = peak && *peak > 0 ? 0.5 * *peak : 80;
-  }
-  if (on_cuda) r.nvme_gbps = 6;  // one PCIe 4.0 NVMe drive's sequential reads
-  if (mem.stream_gbps > 0) r.gbps = mem.stream_gbps;
-  if (mem.stream_tflops > 0) r.tflops = mem.stream_tflops;
-  if (mem.stream_nvme_gbps > 0) r.nvme_gbps = mem.stream_nvme_gbps;
-  return r;
-}
-
-bool StreamPlan::on() const { return std::find(streamed.begin(), streamed.end(), true) != streamed.end(); }
-int StreamPlan::streamed_count() const { return static_cast<int>(std::count(streamed.begin(), streamed.end(), true)); }
-
-double stream_exposed_seconds(const std::vector<StreamUse>& uses, int depth, int passes) {
-  const size_t window = static_cast<size_t>(std::max(depth, 1));
-  std::vector<double> freed;  // per copied use: when its compute ends and its buffer is free
-  double copy_end = 0, compute_end = 0, busy = 0;
-  for (int pass = 0; pass < passes; ++pass) {
-    for (const StreamUse& u : uses) {
-      double ready = 0;
-      if (u.copy_s > 0) {
-        const size_t k = freed.size();
-        copy_end = std::max(copy_end, k >= window ? freed[k - window] : 0.0) + u.copy_s;
-        ready = copy_end;
-      }
-      compute_end = std::max(compute_end, ready) + u.compute_s;
-      busy += u.compute_s;
-      if (u.copy_s > 0) freed.push_back(compute_end);
-    }
-  }
-  return std::max(0.0, compute_end - busy);
-}
-
-namespace {
-
-// Layers 0..n-1 streamed, the rest resident: window, active buffer and host copy.
-StreamPlan stream_layout(const std::vector<BlockShape>& shapes, const std::vector<UnitShape>& units, int n,
-                         uint64_t w, int depth, int sharers) {
-  StreamPlan s;
-  s.streamed.assign(shapes.size(), false);
-  s.home.assign(shapes.size(), Tier::kCompute);
-  s.sharers = std::max(sharers, 1);
-  for (int l = 0; l < n; ++l) {
-    const uint64_t b = static_cast<uint64_t>(shapes[l + 1].numel) * w;  // block l + 1 is layer.l
-    s.streamed[l + 1] = true;
-    s.home[l + 1] = Tier::kPinned;
-    s.home_bytes += b;
-    s.slot_bytes = std::max(s.slot_bytes, b);
-  }
-  if (n == 0) return s;
-  s.depth = depth;
-  for (const UnitShape& u : units) {
-    std::vector<int> blocks;  // a block split into attn/mlp pieces is one buffer
-    for (const auto& piece : u.pieces)
-      if (s.streamed[piece.first] && std::find(blocks.begin(), blocks.end(), piece.first) == blocks.end())
-        blocks.push_back(piece.first);
-    uint64_t a = 0;
-    for (int b : blocks) a += static_cast<uint64_t>(shapes[b].numel) * w;
-    s.active_bytes = std::max(s.active_bytes, a);
-  }
-  return s;
-}
-
-// The stream's figures (StreamPlan's second half) at s.gbps and s.tflops. Per micro-batch of
-// B x T tokens, unit u active with first layer f: the forward runs layers 0..L-1 in order, the
-// backward L-1 down to f; a streamed layer outside u is copied for each of its uses.
-// One layer's forward, as runtime/flops.cpp counts it: 2 FLOPs per matrix weight per token plus
-// causal attention's scores and weighted sum, 2 * 2 * H * D * (T + 1) / 2 per token; a backward
-// use recomputes the forward and takes the input gradient (the matmuls again, attention's four
-// products for two). The active unit's weight gradients are left out: less compute to hide
-// copies behind, so the estimate errs towards "cannot keep up".
-void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const std::vector<UnitShape>& units,
-                  const ModelConfig& m, const TrainConfig& t, uint64_t w) {
-  const int n_layers = static_cast<int>(m.n_layers);
-  const double c = static_cast<double>(m.d_model), d = static_cast<double>(m.head_dim());
-  const double h = static_cast<double>(m.n_heads), kv = static_cast<double>(m.kv_heads());
-  const double tokens = static_cast<double>(t.batch_size) * static_cast<double>(t.seq_len);
-  const double matrices = (h + 2 * kv) * d * c + c * h * d + 3 * static_cast<double>(m.ff_dim()) * c;
-  const double attn = 2.0 * 2.0 * h * d * (static_cast<double>(t.seq_len) + 1) / 2;
-  const double fwd_s = tokens * (2 * matrices + attn) / (s.tflops * 1e12);
-  const double bwd_s = 2 * fwd_s + tokens * attn / (s.tflops * 1e12);
-  const double accum = static_cast<double>(t.grad_accum);
-  double worst_ratio = 0;  // the slowest unit is the one with the most bytes until one shows copies
-  for (size_t i = 0; i < units.size(); ++i) {
-    const UnitShape& u = units[i];
-    std::vector<bool> own(shapes.size(), false);
-    for (const auto& piece : u.pieces) own[piece.first] = true;
-    std::vector<StreamUse> uses;
-    uint64_t bytes = 0;
-    auto use = [&](int layer, double compute_s) {
-      const int b = layer + 1;
-      StreamUse x{compute_s, 0};
-      if (s.streamed[b] && !own[b]) {
-        const uint64_t n = static_cast<uint64_t>(shapes[b].numel) * w;
-        bytes += n;
-        // NVMe homes: read, then copied; the two overlap across layers, the slower one sets the pace
-        const double gbps = s.home[b] == Tier::kNvme ? std::min(s.gbps, s.nvme_gbps) : s.gbps;
-        x.copy_s = static_cast<double>(n) / (gbps * 1e9);
-      }
-      uses.push_back(x);
-    };
-    for (int l = 0; l < n_layers; ++l) use(l, fwd_s);
-    for (int l = n_layers - 1; l >= std::max(u.first_layer, 0); --l) use(l, bwd_s);
-    double compute = 0;
-    for (const StreamUse& x : uses) compute += x.compute_s;
-    compute *= accum;
-    // The window prefetches across passes: a step's micro-batches run in the steady state, one
-    // pass's exposed time being the third pass's less the first's over two.
-    const double per_pass =
-        (stream_exposed_seconds(uses, s.depth, 3) - stream_exposed_seconds(uses, s.depth, 1)) / 2;
-    // (rounding of the two sums aside: below a nanosecond per second of compute is none)
-    const double exposed = per_pass > 1e-9 * compute / accum ? accum * per_pass : 0.0;
-    const uint64_t step_bytes = static_cast<uint64_t>(t.grad_accum) * bytes;
-    double copy = 0;
-    for (const StreamUse& x : uses) copy += x.copy_s;
-    s.per_unit.push_back({step_bytes, accum * copy, compute, exposed});
-    if (i == 0 || step_bytes > s.bytes_per_step) s.bytes_per_step = step_bytes, s.worst_unit = static_cast<int>(i);
-    const double ratio = compute > 0 ? exposed / compute : 0;
-    if (ratio > worst_ratio) worst_ratio = ratio, s.slowest_unit = static_cast<int>(i);
-  }
-  if (worst_ratio == 0) s.slowest_unit = s.worst_unit;
-  s.compute_s_per_step = s.per_unit[s.slowest_unit].compute_s;
-  s.exposed_s_per_step = s.per_unit[s.slowest_unit].exposed_s;
-  s.copy_s_per_step = s.per_unit[s.worst_unit].copy_s;
-  s.keeps_up = worst_ratio <= 0.10;
-}
-
-}  // namespace
 
 // ---- Budgets ----
 
@@ -631,68 +503,6 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
 }
 
 // ---- Report ----
-
-namespace {
-
-// "layer.0 .. layer.27" for blocks [first, last]; "layer.5" for one.
-std::string block_range(const MemoryPlan& p, int first, int last) {
-  return first == last ? p.blocks[first].name : p.blocks[first].name + " .. " + p.blocks[last].name;
-}
-
-// The "weight stream:" paragraph: what streams, what it costs the compute tier and host memory,
-// and whether the copies hide behind compute at the assumed rates.
-std::string format_stream(const MemoryPlan& p) {
-  const StreamPlan& s = p.stream;
-  const int layers = static_cast<int>(p.blocks.size()) - 2;
-  int first = -1, last = -1;
-  for (int b = 0; b < static_cast<int>(s.streamed.size()); ++b)
-    if (s.streamed[b]) last = b, first = first < 0 ? b : first;
-  const int n = s.streamed_count();
-  std::ostringstream os;
-  int on_nvme = 0;
-  for (Tier t : s.home) on_nvme += t == Tier::kNvme ? 1 : 0;
-  os << fmt::format("weight stream: {} of {} decoder layers streamed from {} ({})", n, layers,
-                    on_nvme == 0   ? std::string("host memory")
-                    : on_nvme == n ? std::string("the NVMe tier")
-                                   : fmt::format("host memory ({}) and the NVMe tier ({})", n - on_nvme, on_nvme),
-                    block_range(p, first, last));
-  if (n < layers) {
-    const bool contiguous = last - first + 1 == n;
-    os << fmt::format(", {} resident{}", layers - n,
-                      contiguous && first == 1 ? fmt::format(" ({})", block_range(p, last + 1, layers)) : "");
-  }
-  os << "\n";
-  os << fmt::format("  compute tier: window {} x {} + active buffer {} (the active unit's streamed layers)\n",
-                    s.depth, gib(s.slot_bytes), gib(s.active_bytes));
-  if (s.host_bytes() > 0)
-    os << fmt::format("  host: {}, one copy on the machine shared by {} local rank(s): {} charged to this rank\n",
-                      gib(s.host_bytes()), s.sharers, gib((s.host_bytes() + s.sharers - 1) / s.sharers));
-  if (s.nvme_bytes > 0) {
-    os << fmt::format("  nvme: {} layers' weights, {} on this rank's NVMe tier, read at {:g} GB/s "
-                      "(memory.stream_nvme_gbps) through {} pinned buffers ({})\n",
-                      on_nvme, gib(s.nvme_bytes), s.nvme_gbps, s.depth + 1, gib(s.staging_bytes));
-  }
-  os << fmt::format("  per step at {:g} GB/s and {:g} TFLOP/s (memory.stream_gbps, stream_tflops):\n", s.gbps, s.tflops);
-  auto unit_line = [&](int u, const char* what) {
-    const StreamPlan::UnitFigures& f = s.per_unit[u];
-    os << fmt::format("    unit '{}' active ({}): copies {} in {:.2f} s against {:.2f} s of layer compute, {:.3f} s "
-                      "exposed\n",
-                      p.units[u].name, what, gib(f.bytes), f.copy_s, f.compute_s, f.exposed_s);
-  };
-  if (s.worst_unit == s.slowest_unit) {
-    unit_line(s.worst_unit, s.exposed_s_per_step > 0 ? "the most bytes and the most exposed" : "the most bytes");
-  } else {
-    unit_line(s.worst_unit, "the most bytes");
-    unit_line(s.slowest_unit, "the most exposed");
-  }
-  os << "  " << (s.keeps_up ? "keeps up: the copies hide behind compute (exposed <= 10% of it)"
-                            : std::string("cannot keep up: exposed copy time is over 10% of compute") +
-                                  (p.fits ? " (memory.accept_slow_stream: the copies will be exposed)" : ""))
-     << "\n";
-  return os.str();
-}
-
-}  // namespace
 
 std::string format_plan(const MemoryPlan& p) {
   std::ostringstream os;
