@@ -65,7 +65,9 @@ class StreamRun : public ::testing::Test {
     for (size_t i = 0; i < steps; ++i) {
       EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << i + 1;
       EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>()) << "step " << i + 1;
-      if (val) EXPECT_EQ(ma[i].value("val_loss", 0.0), mb[i].value("val_loss", 0.0)) << "step " << i + 1;
+      if (val) {
+        EXPECT_EQ(ma[i].value("val_loss", 0.0), mb[i].value("val_loss", 0.0)) << "step " << i + 1;
+      }
       EXPECT_EQ(ma[i]["block"], mb[i]["block"]);
     }
     expect_same_weights(run(a) + "/model.h5", run(b) + "/model.h5");

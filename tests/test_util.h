@@ -51,7 +51,8 @@ std::string error_of(const std::function<void()>& f);
 // The records of a run's metrics.jsonl, in order.
 std::vector<nlohmann::json> read_metrics(const std::string& path);
 
-// `bcdtrain prepare` of the demo corpus (the fortunes, vocabulary 2048) into `out`.
+// `bcdtrain prepare` of the demo corpus (the fortunes, vocabulary 2048) into `out`: a copy of the
+// one prepared by this bcdtrain binary into BUILD/test-cache (prepared there on first use).
 RunResult prepare_fortunes(const std::string& out);
 
 // Path of a source-tree file, e.g. source_path("configs/tiny.toml").
