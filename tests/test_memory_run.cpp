@@ -14,47 +14,15 @@
 #include "model/llama.h"
 #include "base/config.h"
 #include "test_util.h"
+#include "train_run_fixture.h"
 
 namespace bcd {
 namespace {
 
 using test::read_metrics;
 
-class MemoryRun : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir("bcd-memrun");
-    auto r = test::prepare_fortunes(dir_->file("data"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  // Runs tiny.toml with `args` into run dir `name`; the config's overrides are returned too.
-  static test::RunResult train(const std::string& name, const std::string& args) {
-    return test::run_bcdtrain("train --quiet --config " + test::source_path("configs/tiny.toml") +
-                              " --data.path=" + dir_->file("data") + " --train.run_dir=" + dir_->file(name) +
-                              " --sample.prompts='[]' --train.val_batches=1 --train.log_every=1 " + args);
-  }
-  static std::string run(const std::string& name) { return dir_->file(name); }
-  // Two weights files (or checkpoints) hold the same model, bit for bit.
-  static void expect_same_weights(const std::string& a, const std::string& b) {
-    Config cfg;
-    apply_config_text(cfg, read_weights_config(a), a);
-    LlamaModel wa(cfg.model), wb(cfg.model);
-    load_weights(wa, a);
-    load_weights(wb, b);
-    for (int i = 0; i < wa.n_blocks(); ++i)
-      EXPECT_TRUE(torch::equal(wa.block(i).data(), wb.block(i).data())) << a << " vs " << b << ": " << wa.block(i).name();
-  }
-  static std::string nvme(const std::string& name) {
-    std::filesystem::create_directories(dir_->file("nvme-" + name));
-    return dir_->file("nvme-" + name);
-  }
-  static test::TempDir* dir_;
-};
-test::TempDir* MemoryRun::dir_ = nullptr;
+// The suite's corpus, `train`, `run`, `nvme` and `expect_same_weights` (train_run_fixture.h).
+class MemoryRun : public test::TrainRun {};
 
 // ---- NVMe homes vs memory homes: bitwise ----
 

@@ -15,6 +15,7 @@
 #include "model/llama.h"
 #include "model/weights.h"
 #include "test_util.h"
+#include "train_run_fixture.h"
 
 namespace bcd {
 namespace {
@@ -26,37 +27,9 @@ const std::string kModel =
     " --model.n_layers=12 --model.d_model=64 --model.d_ff=192 --model.n_kv_heads=2 --model.activation_checkpointing=true"
     " --train.batch_size=2 --train.seq_len=32 --train.val_every=6 --train.val_batches=2";
 
-class StreamRun : public ::testing::Test {
+// The suite's corpus, `train`, `run`, `nvme` and `expect_same_weights` (train_run_fixture.h).
+class StreamRun : public test::TrainRun {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir("bcd-stream");
-    auto r = test::prepare_fortunes(dir_->file("data"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static test::RunResult train(const std::string& name, const std::string& args) {
-    return test::run_bcdtrain("train --quiet --config " + test::source_path("configs/tiny.toml") +
-                              " --data.path=" + dir_->file("data") + " --train.run_dir=" + dir_->file(name) +
-                              " --sample.prompts='[]' --train.log_every=1 " + args);
-  }
-  static std::string run(const std::string& name) { return dir_->file(name); }
-  static std::string nvme(const std::string& name) {
-    std::filesystem::create_directories(dir_->file("nvme-" + name));
-    return dir_->file("nvme-" + name);
-  }
-  static void expect_same_weights(const std::string& a, const std::string& b) {
-    Config cfg;
-    apply_config_text(cfg, read_weights_config(a), a);
-    LlamaModel wa(cfg.model), wb(cfg.model);
-    load_weights(wa, a);
-    load_weights(wb, b);
-    for (int i = 0; i < wa.n_blocks(); ++i)
-      EXPECT_TRUE(torch::equal(wa.block(i).data(), wb.block(i).data())) << a << " vs " << b << ": " << wa.block(i).name();
-  }
-  // Two runs' losses, validation losses and active blocks, bitwise.
   // `val`: compare validation losses too (a run cut in two validates at its cut as well).
   static void expect_same_runs(const std::string& a, const std::string& b, size_t steps, bool val = true) {
     const auto ma = read_metrics(run(a) + "/metrics.jsonl"), mb = read_metrics(run(b) + "/metrics.jsonl");
@@ -72,9 +45,7 @@ class StreamRun : public ::testing::Test {
     }
     expect_same_weights(run(a) + "/model.h5", run(b) + "/model.h5");
   }
-  static test::TempDir* dir_;
 };
-test::TempDir* StreamRun::dir_ = nullptr;
 
 struct Variant {
   const char* name;

@@ -35,21 +35,29 @@ bool register_for_cuda(void* p, uint64_t bytes, bool cuda) {
 #endif
 }
 
-// Maps `bytes` of the shared-memory object `fd`; UserError naming it on failure.
-char* map_shared(int fd, uint64_t mapped, const std::string& name) {
-  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) user_error("shared weights {}: cannot map {} bytes ({})", name, mapped, std::strerror(errno));
-  return static_cast<char*>(p);
-}
-
 }  // namespace
 
 // ---- HostWeights ----
 
-HostWeights HostWeights::make_private(uint64_t bytes, bool cuda) {
+HostWeights HostWeights::sized(uint64_t bytes, std::string name) {
   HostWeights h;
   h.bytes_ = bytes;
   h.mapped_ = page_round(bytes);
+  h.name_ = std::move(name);
+  return h;
+}
+
+void HostWeights::map_fd(int fd, bool cuda) {
+  void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) user_error("shared weights {}: cannot map {} bytes ({})", name_, mapped_, std::strerror(err));
+  data_ = static_cast<char*>(p);
+  registered_ = register_for_cuda(data_, mapped_, cuda);
+}
+
+HostWeights HostWeights::make_private(uint64_t bytes, bool cuda) {
+  HostWeights h = sized(bytes, "");
   void* p = ::mmap(nullptr, h.mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     user_error("streamed weights: cannot allocate {} bytes of host memory ({})", h.mapped_, std::strerror(errno));
@@ -59,10 +67,7 @@ HostWeights HostWeights::make_private(uint64_t bytes, bool cuda) {
 }
 
 HostWeights HostWeights::create_shared(const std::string& name, uint64_t bytes, bool cuda) {
-  HostWeights h;
-  h.bytes_ = bytes;
-  h.mapped_ = page_round(bytes);
-  h.name_ = name;
+  HostWeights h = sized(bytes, name);
   ::shm_unlink(name.c_str());  // a segment of a run that died before unlinking it
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) user_error("shared weights {}: cannot create ({})", name, std::strerror(errno));
@@ -75,17 +80,12 @@ HostWeights HostWeights::create_shared(const std::string& name, uint64_t bytes, 
                "there, one copy per machine: enlarge /dev/shm or set memory.stream_weights = \"off\"",
                name, static_cast<double>(h.mapped_) / (1ull << 30), std::strerror(rc));
   }
-  h.data_ = map_shared(fd, h.mapped_, name);
-  ::close(fd);
-  h.registered_ = register_for_cuda(h.data_, h.mapped_, cuda);
+  h.map_fd(fd, cuda);
   return h;
 }
 
 HostWeights HostWeights::attach_shared(const std::string& name, uint64_t bytes, bool cuda) {
-  HostWeights h;
-  h.bytes_ = bytes;
-  h.mapped_ = page_round(bytes);
-  h.name_ = name;
+  HostWeights h = sized(bytes, name);
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) user_error("shared weights {}: cannot open ({}); the machine's first rank creates it", name, std::strerror(errno));
   struct stat st {};
@@ -94,9 +94,7 @@ HostWeights HostWeights::attach_shared(const std::string& name, uint64_t bytes, 
     user_error("shared weights {}: holds {} bytes, expected {} (another run's segment?)", name,
                static_cast<uint64_t>(st.st_size), h.mapped_);
   }
-  h.data_ = map_shared(fd, h.mapped_, name);
-  ::close(fd);
-  h.registered_ = register_for_cuda(h.data_, h.mapped_, cuda);
+  h.map_fd(fd, cuda);
   return h;
 }
 

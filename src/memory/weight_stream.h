@@ -49,6 +49,8 @@ class HostWeights {
   void unlink_name();
 
  private:
+  static HostWeights sized(uint64_t bytes, std::string name);  // nothing mapped yet
+  void map_fd(int fd, bool cuda);  // maps the shared-memory object `fd` (closed here)
   void reset();
   char* data_ = nullptr;
   uint64_t bytes_ = 0, mapped_ = 0;
