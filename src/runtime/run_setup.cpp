@@ -401,12 +401,13 @@ std::vector<std::string> RunSetup::banner() const {
   }
   if (streamed) {
     const StreamPlan& sp = plan.stream;
-    lines.push_back(fmt::format("weights: {} of {} layers streamed from host memory ({:.2f} GiB{}), window {} x {:.1f} MiB; "
+    lines.push_back(fmt::format("weights: {} of {} layers streamed ({:.2f} GiB from host memory{}{}), window {} x {:.1f} MiB; "
                                 "plan: {:.2f} GB per step, {:.1f} ms of copies against {:.1f} ms of compute ({:g} GB/s, "
                                 "{:g} TFLOP/s assumed)",
                                 streamed->streamed_count(), cfg.model.n_layers,
                                 static_cast<double>(streamed->host_bytes()) / (1 << 30),
                                 streamed->shared() ? fmt::format(", one copy shared by {} ranks", dist_env.local_world_size) : "",
+                                streamed->nvme_count() > 0 ? fmt::format("; {} layers from NVMe", streamed->nvme_count()) : "",
                                 streamed->depth(), static_cast<double>(sp.slot_bytes) / (1 << 20),
                                 static_cast<double>(sp.bytes_per_step) / 1e9, 1e3 * sp.copy_s_per_step,
                                 1e3 * sp.compute_s_per_step, sp.gbps, sp.tflops));

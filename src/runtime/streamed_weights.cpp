@@ -174,7 +174,9 @@ void StreamedWeights::ready() {
 }
 
 int StreamedWeights::streamed_count() const {
-  return static_cast<int>(std::count_if(offset_.begin(), offset_.end(), [](int64_t o) { return o >= 0; }));
+  int n = 0;
+  for (int b = 0; b < static_cast<int>(offset_.size()); ++b) n += streams(b) ? 1 : 0;
+  return n;
 }
 
 void StreamedWeights::switch_blocks(const std::vector<int>& prev_blocks, const std::vector<int>& blocks) {
@@ -183,7 +185,7 @@ void StreamedWeights::switch_blocks(const std::vector<int>& prev_blocks, const s
   // The visit's new weights go home: written once per machine, read by every rank after.
   bool wrote = false;
   for (int b : prev_blocks) {
-    if (!streams(b) || std::find(active_blocks_.begin(), active_blocks_.end(), b) == active_blocks_.end()) continue;
+    if (!streams(b) || !is_active(b)) continue;
     Block& blk = model_->block(b);
     write_home(b, blk.data());
     blk.rebind(idle_view(b));
@@ -194,7 +196,7 @@ void StreamedWeights::switch_blocks(const std::vector<int>& prev_blocks, const s
   if (wrote && meet_) pg_.barrier();
   int64_t at = 0;
   for (int b : blocks) {
-    if (!streams(b) || std::find(active_blocks_.begin(), active_blocks_.end(), b) != active_blocks_.end()) continue;
+    if (!streams(b) || is_active(b)) continue;
     BCD_CHECK(active_.defined() && at + numel_[b] <= active_.numel(),
               "stream plan: the active buffer ({} elements) cannot hold block {}", active_.defined() ? active_.numel() : 0, b);
     torch::Tensor view = active_.narrow(0, at, numel_[b]);
