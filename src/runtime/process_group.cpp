@@ -12,6 +12,7 @@
 
 #if defined(BCD_HAVE_GLOO) || defined(BCD_HAVE_NCCL)
 #define BCD_HAVE_C10D 1
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 #ifdef BCD_HAVE_GLOO
@@ -118,7 +119,9 @@ struct ProcessGroup::Impl {
   std::string backend = "none";
 #ifdef BCD_HAVE_C10D
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  // ProcessGroupNCCL and ProcessGroupGloo are c10d::Backends (torch 2.x); a c10d::ProcessGroup
+  // only dispatches to one of them by device, which a group of one backend does not need.
+  c10::intrusive_ptr<c10d::Backend> pg;
   std::deque<std::pair<c10::intrusive_ptr<c10d::Work>, const char*>> in_flight;  // tickets finished_+1 .. started_, and what they are
 #endif
 };
