@@ -134,12 +134,13 @@ std::string adamw_cuda_unsupported_reason(int device) {
     const std::string why = cudaGetErrorString(cudaGetLastError());
     return "cannot query CUDA device " + std::to_string(device) + " (" + why + ")";
   }
+  // Switching devices makes a context on the one switched to (CUDA 12+): only when needed.
   int previous = 0;
   cudaGetDevice(&previous);
-  cudaSetDevice(device);
+  if (previous != device) cudaSetDevice(device);
   cudaFuncAttributes attr{};
   const cudaError_t e = cudaFuncGetAttributes(&attr, adamw_kernel<float, false, true>);
-  cudaSetDevice(previous);
+  if (previous != device) cudaSetDevice(previous);
   if (e == cudaSuccess) return "";
   cudaGetLastError();
   return std::string(prop.name) + " is sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +

@@ -3,39 +3,58 @@
 
 #include <cuda_runtime_api.h>
 
-#include <map>
-#include <vector>
-
+#include "kernels/copy_ledger.h"
 #include "kernels/cuda_check.h"
 
 namespace bcd {
 
+namespace {
+
+// CUDA events for the ledger: timed, and blocking-sync (the host waits on them: block in the
+// driver rather than spin a core).
+struct CudaEvents {
+  using Event = cudaEvent_t;
+  Event create() {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
+    return e;
+  }
+  bool finished(Event e) {
+    const cudaError_t s = cudaEventQuery(e);
+    if (s == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // "not ready" would otherwise be the next launch check's error
+      return false;
+    }
+    CUDA_CHECK(s);
+    return true;
+  }
+  double seconds(Event a, Event b) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, a, b) == cudaSuccess) return ms / 1e3;
+    (void)cudaGetLastError();  // no timing is no error: the copy itself is done
+    return 0;
+  }
+  void destroy(Event e) {
+    if (e) cudaEventDestroy(e);
+  }
+};
+
+cudaEvent_t untimed_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+}  // namespace
+
 struct CudaCopyStreams::Impl {
-  struct Copy {
-    cudaEvent_t start = nullptr, end = nullptr;
-  };
   cudaStream_t compute = cudaStreamLegacy;  // where the training work runs
   cudaStream_t out = nullptr, in = nullptr;
   cudaEvent_t compute_mark = nullptr;   // re-recorded on the compute stream before each copy
   cudaEvent_t out_tail = nullptr;       // the latest copy_out's end
   cudaEvent_t in_tail = nullptr;        // the latest copy_in's end
   bool any_out = false, any_in = false;
-  std::map<uint64_t, Copy> copies;      // by token, until found finished
-  std::vector<cudaEvent_t> spare;       // finished copies' events, reused
-  uint64_t next = 1;
-  double copy_s = 0;
-
-  cudaEvent_t event(bool timing) {
-    if (timing && !spare.empty()) {
-      cudaEvent_t e = spare.back();
-      spare.pop_back();
-      return e;
-    }
-    cudaEvent_t e = nullptr;
-    // Timed events are the ones the host waits on: block in the driver rather than spin a core.
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventBlockingSync : cudaEventDisableTiming));
-    return e;
-  }
+  CopyLedger<CudaEvents> copies;        // copies issued and not yet found finished
 
   // Both copies touch the one compute image, so each follows everything issued before it that
   // touches the image too: the compute stream's work so far and the other stream's last copy.
@@ -46,30 +65,14 @@ struct CudaCopyStreams::Impl {
     CUDA_CHECK(cudaEventRecord(compute_mark, compute));
     CUDA_CHECK(cudaStreamWaitEvent(s, compute_mark, 0));
     if (other_any) CUDA_CHECK(cudaStreamWaitEvent(s, other_tail, 0));
-    Copy c;
-    c.start = event(true);
-    c.end = event(true);
+    const auto [t, c] = copies.open();  // retires the copies found finished first
     CUDA_CHECK(cudaEventRecord(c.start, s));
     if (src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
     else CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s));
     CUDA_CHECK(cudaEventRecord(c.end, s));
     CUDA_CHECK(cudaEventRecord(tail, s));
     any = true;
-    const uint64_t t = next++;
-    copies[t] = c;
     return t;
-  }
-
-  // A finished copy: its time counted, its events back to the spares.
-  void retire(uint64_t t) {
-    auto it = copies.find(t);
-    if (it == copies.end()) return;
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, it->second.start, it->second.end) == cudaSuccess) copy_s += ms / 1e3;
-    else (void)cudaGetLastError();  // no timing is no error: the copy itself is done
-    spare.push_back(it->second.start);
-    spare.push_back(it->second.end);
-    copies.erase(it);
   }
 };
 
@@ -77,9 +80,9 @@ CudaCopyStreams::CudaCopyStreams(void* compute_stream) : impl_(std::make_unique<
   if (compute_stream) impl_->compute = static_cast<cudaStream_t>(compute_stream);
   CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->out, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->in, cudaStreamNonBlocking));
-  impl_->compute_mark = impl_->event(false);
-  impl_->out_tail = impl_->event(false);
-  impl_->in_tail = impl_->event(false);
+  impl_->compute_mark = untimed_event();
+  impl_->out_tail = untimed_event();
+  impl_->in_tail = untimed_event();
 }
 
 CudaCopyStreams::~CudaCopyStreams() {
@@ -87,8 +90,7 @@ CudaCopyStreams::~CudaCopyStreams() {
   // Nothing may still read or write memory its owners are about to free.
   if (m.out) cudaStreamSynchronize(m.out);
   if (m.in) cudaStreamSynchronize(m.in);
-  for (auto& [t, c] : m.copies) cudaEventDestroy(c.start), cudaEventDestroy(c.end);
-  for (cudaEvent_t e : m.spare) cudaEventDestroy(e);
+  // The ledger's events go with impl_, after the streams were synchronised here.
   for (cudaEvent_t e : {m.compute_mark, m.out_tail, m.in_tail})
     if (e) cudaEventDestroy(e);
   if (m.out) cudaStreamDestroy(m.out);
@@ -111,23 +113,18 @@ uint64_t CudaCopyStreams::zero(void* device, size_t bytes) {
 }
 
 bool CudaCopyStreams::done(uint64_t token) {
-  auto it = impl_->copies.find(token);
-  if (it == impl_->copies.end()) return true;
-  const cudaError_t e = cudaEventQuery(it->second.end);
-  if (e == cudaErrorNotReady) {
-    (void)cudaGetLastError();  // "not ready" would otherwise be the next launch check's error
-    return false;
-  }
-  CUDA_CHECK(e);
-  impl_->retire(token);
+  const auto* c = impl_->copies.find(token);
+  if (!c) return true;
+  if (!impl_->copies.events().finished(c->end)) return false;
+  impl_->copies.retire(token);
   return true;
 }
 
 void CudaCopyStreams::wait(uint64_t token) {
-  auto it = impl_->copies.find(token);
-  if (it == impl_->copies.end()) return;
-  CUDA_CHECK(cudaEventSynchronize(it->second.end));
-  impl_->retire(token);
+  const auto* c = impl_->copies.find(token);
+  if (!c) return;
+  CUDA_CHECK(cudaEventSynchronize(c->end));
+  impl_->copies.retire(token);
 }
 
 void CudaCopyStreams::fence() {
@@ -137,14 +134,11 @@ void CudaCopyStreams::fence() {
 }
 
 double CudaCopyStreams::copy_seconds() {
-  std::vector<uint64_t> finished;
-  for (auto& [t, c] : impl_->copies) {
-    const cudaError_t e = cudaEventQuery(c.end);
-    if (e == cudaSuccess) finished.push_back(t);
-    else if (e == cudaErrorNotReady) (void)cudaGetLastError();  // not an error; a real one stays
-  }
-  for (uint64_t t : finished) impl_->retire(t);
-  return impl_->copy_s;
+  impl_->copies.sweep();
+  return impl_->copies.seconds();
 }
+
+size_t CudaCopyStreams::live_copies() const { return impl_->copies.live_copies(); }
+uint64_t CudaCopyStreams::events_created() const { return impl_->copies.events_created(); }
 
 }  // namespace bcd

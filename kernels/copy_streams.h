@@ -32,6 +32,10 @@ class CudaCopyStreams {
   void wait(uint64_t token);   // cudaEventSynchronize
   void fence();                // compute stream waits for every copy issued so far
   double copy_seconds();       // summed event-timed durations of copies found finished
+  // The bookkeeping, bounded by the copies in flight however completions are learned (done,
+  // wait, or only fences): copies not yet found finished, and timed events created so far.
+  size_t live_copies() const;
+  uint64_t events_created() const;
 
  private:
   struct Impl;

@@ -28,13 +28,14 @@ void cuda_pinned_free(void* p) {
   if (p) cudaFreeHost(p);
 }
 
-bool cuda_host_register(void* p, size_t bytes) {
-  if (!cuda_device_usable()) return false;
-  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+std::string cuda_host_register(void* p, size_t bytes) {
+  if (!cuda_device_usable()) return "no CUDA device is usable";
+  const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+  if (e != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return std::string("cudaHostRegister: ") + cudaGetErrorString(e);
   }
-  return true;
+  return "";
 }
 
 void cuda_host_unregister(void* p) {
@@ -44,12 +45,12 @@ void cuda_host_unregister(void* p) {
 size_t cuda_device_total_bytes(int device) {
   int previous = 0;
   size_t free_b = 0, total = 0;
-  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess ||
+  if (cudaGetDevice(&previous) != cudaSuccess || (previous != device && cudaSetDevice(device) != cudaSuccess) ||
       cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  cudaSetDevice(previous);
+  if (previous != device) cudaSetDevice(previous);
   return total;
 }
 

@@ -16,6 +16,7 @@
 
 #include "memory/compute_copy.h"
 #include "memory/stager.h"
+#include "runtime/cuda_torch.h"
 #include "runtime/trainer.h"
 #include "staging_test_helpers.h"
 #include "test_util.h"
@@ -24,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_test_helpers.h"
+#include "kernels/copy_streams.h"
 #endif
 
 namespace bcd {
@@ -98,6 +100,29 @@ TEST(CudaCopier, CopiesOrderedAgainstTheComputeStream) {
   EXPECT_GT(c->copy_seconds(), 0.0);
 }
 
+// The weight stream on CUDA learns of its copies only through fences, never done() or wait():
+// thousands of copies issued so leave the ledger holding the copies in flight, not two events
+// for every copy ever issued (which grew without bound on a long run).
+TEST(CudaCopier, FencedCopiesLeaveNoEventsBehind) {
+  SKIP_WITHOUT_DEVICE();
+  const uint64_t n = kMiB;
+  constexpr int kCatchUp = 64;  // the compute side waits for the copies every 64 of them
+  CudaCopyStreams s(nullptr);
+  DeviceArray<char> slot(n);
+  PinnedBuffer host(n);
+  size_t most = 0;
+  for (int i = 0; i < 5000; ++i) {
+    s.copy_in(slot.get(), host.get(), n);
+    s.fence();
+    if (i % kCatchUp == kCatchUp - 1) CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    most = std::max(most, s.live_copies());
+  }
+  EXPECT_LE(most, static_cast<size_t>(kCatchUp + 1));
+  EXPECT_LE(s.events_created(), 2u * (kCatchUp + 1));
+  EXPECT_GT(s.copy_seconds(), 0.0);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 // The stager with its compute image in device memory: every image that comes back is the one
 // that went home last, for host and NVMe homes.
 TEST(CudaStager, SwapsReturnWhatWentHome) {
@@ -146,6 +171,24 @@ TEST(CudaStager, SwapsReturnWhatWentHome) {
 #define SKIP_WITHOUT_TORCH_CUDA()                                                     \
   SKIP_WITHOUT_DEVICE();                                                             \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "LibTorch here is built without CUDA"
+
+// A run's set-up is its process's first CUDA work: the rank's GPU made current, then LibTorch's
+// allocator capped before any tensor exists (setMemoryFraction on an allocator LibTorch has not
+// initialised fails). ctest runs each test in a process of its own, so nothing came before.
+TEST(CudaDevice, TheRanksGpuIsCurrentAndCappedBeforeAnyTensor) {
+  SKIP_WITHOUT_TORCH_CUDA();
+  const int last = static_cast<int>(torch::cuda::device_count()) - 1;
+  start_cuda_device(last);
+  int current = -1;
+  CUDA_CHECK(cudaGetDevice(&current));
+  EXPECT_EQ(current, last);
+  const uint64_t cap = 1ull << 30;
+  ASSERT_NO_THROW(cap_cuda_allocator(last, cap));
+  const auto bytes = torch::TensorOptions(torch::kUInt8).device(torch::kCUDA);  // LibTorch's current device
+  const torch::Tensor under = torch::empty({static_cast<int64_t>(cap / 4)}, bytes);
+  EXPECT_EQ(under.device().index(), last);
+  EXPECT_THROW(torch::empty({static_cast<int64_t>(cap)}, bytes), c10::OutOfMemoryError) << "the cap is not in force";
+}
 
 // cuBLAS reads its workspace configuration when its first handle is made: set for the whole
 // binary, before any test runs, so deterministic mode finds it in force.

@@ -24,6 +24,7 @@
 #include "model/weights.h"
 #include "runtime/launcher.h"
 #include "runtime/process_group.h"
+#include "runtime/run_setup.h"
 #include "test_util.h"
 
 namespace bcd {
@@ -123,6 +124,19 @@ TEST(DistEnv, BadVariablesNameTheVariable) {
     ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
     EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("MASTER_PORT=70000"), std::string::npos);
   }
+}
+
+// Each local rank computes on a GPU of its own: its LOCAL_RANK when it sees them all (launch,
+// torchrun), the one it sees when it was given one (Slurm --gpus-per-task); ranks that would share
+// a GPU are refused by name (NCCL allows one rank per GPU in a communicator).
+TEST(DistEnv, EachLocalRankGetsItsOwnGpu) {
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cuda_device_for_rank(r, 4, 4), r);
+  EXPECT_EQ(cuda_device_for_rank(1, 2, 8), 1);
+  EXPECT_EQ(cuda_device_for_rank(0, 1, 2), 0);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cuda_device_for_rank(r, 4, 1), 0);
+  const std::string err = error_of([] { cuda_device_for_rank(3, 4, 2); });
+  EXPECT_NE(err.find("4 ranks on this machine but 2 GPUs visible to local rank 3"), std::string::npos) << err;
+  EXPECT_THROW(cuda_device_for_rank(4, 4, 4), InternalError);
 }
 
 TEST(Launch, ParsesItsOptionsAndLeavesTheCommand) {

@@ -1,5 +1,6 @@
 // Fused CPU AdamW (kernels/adamw.h) against torch::optim::AdamW, in every ISA this CPU has and
 // at sizes that hit each SIMD tail; the bf16 gradient path, the bf16 working copy, ISA agreement.
+// The copy streams' bookkeeping (kernels/copy_ledger.h) with events finished by hand.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kernels/adamw.h"
+#include "kernels/copy_ledger.h"
 #include "base/error.h"
 
 namespace bcd {
@@ -284,6 +286,86 @@ TEST(AdamW, RejectsBadArguments) {
   adamw_step_cpu(nullptr, nullptr, nullptr, nullptr, 0, h);  // empty segment: a no-op
   h.beta2 = 1.0f;
   EXPECT_THROW(adamw_step_cpu(&x, &g, &m, &v, 1, h), InternalError);
+}
+
+// ---- The copy streams' ledger ----
+
+// Events finished by hand: the test plays the GPU. An event is an index into `done`.
+struct HandEvents {
+  using Event = int;
+  std::vector<bool>* done;
+  std::vector<double>* at;  // when each event completed, in seconds
+  bool fail = false;        // finished() reports an error status
+  Event create() {
+    done->push_back(false);
+    at->push_back(0);
+    return static_cast<int>(done->size()) - 1;
+  }
+  bool finished(Event e) {
+    if (fail) throw std::runtime_error("sticky error");
+    return (*done)[e];
+  }
+  double seconds(Event a, Event b) { return (*at)[b] - (*at)[a]; }
+  void destroy(Event) {}
+};
+
+struct HandLedger {
+  std::vector<bool> done;
+  std::vector<double> at;
+  CopyLedger<HandEvents> ledger{HandEvents{&done, &at}};
+  // The copy `c` ran from `start` to `end` seconds.
+  void finish(const CopyLedger<HandEvents>::Copy& c, double start, double end) {
+    done[c.start] = done[c.end] = true;
+    at[c.start] = start, at[c.end] = end;
+  }
+};
+
+// The weight stream on CUDA: copies learned finished only through fences (no done() or wait()),
+// each copy finishing while the next few are issued. The ledger holds the copies in flight, not
+// one entry and two events per copy ever issued, and its events are reused.
+TEST(CopyLedger, FencedCopiesLeaveNoEventsBehind) {
+  HandLedger h;
+  constexpr int kInFlight = 3, kCopies = 10000;
+  std::vector<CopyLedger<HandEvents>::Copy> issued;
+  size_t most_live = 0;
+  for (int i = 0; i < kCopies; ++i) {
+    if (i >= kInFlight) h.finish(issued[i - kInFlight], i, i + 0.5);  // a copy lands kInFlight issues later
+    auto [t, c] = h.ledger.open();
+    // A reused event starts unfinished, as cudaEventRecord makes it.
+    h.done[c.start] = h.done[c.end] = false;
+    EXPECT_EQ(t, static_cast<uint64_t>(i + 1));
+    issued.push_back(c);
+    most_live = std::max(most_live, h.ledger.live_copies());
+  }
+  EXPECT_LE(most_live, static_cast<size_t>(kInFlight + 1));
+  EXPECT_LE(h.ledger.events_created(), 2u * (kInFlight + 1)) << "events are created anew instead of reused";
+  EXPECT_EQ(h.ledger.events_held(), h.ledger.events_created());
+  // Every copy that finished was retired and its time counted: 0.5 s each.
+  EXPECT_DOUBLE_EQ(h.ledger.seconds(), 0.5 * (kCopies - kInFlight));
+}
+
+TEST(CopyLedger, RetiredCopiesAreForgottenAndCounted) {
+  HandLedger h;
+  auto [t1, c1] = h.ledger.open();
+  auto [t2, c2] = h.ledger.open();
+  ASSERT_NE(h.ledger.find(t1), nullptr);
+  h.finish(c2, 1.0, 3.0);
+  h.ledger.sweep();  // finds t2 finished, not t1
+  EXPECT_EQ(h.ledger.find(t2), nullptr);
+  EXPECT_NE(h.ledger.find(t1), nullptr);
+  EXPECT_DOUBLE_EQ(h.ledger.seconds(), 2.0);
+  h.ledger.retire(t1);  // the owner waited on it
+  h.ledger.retire(t1);  // twice is harmless
+  EXPECT_EQ(h.ledger.live_copies(), 0u);
+  EXPECT_EQ(h.ledger.events_held(), 4u);
+  (void)c1;
+}
+
+TEST(CopyLedger, AnErrorStatusIsNotSweptAway) {
+  HandLedger h;
+  h.ledger.open();
+  h.ledger.events().fail = true;  // e.g. an illegal address reported by the event query
+  EXPECT_THROW(h.ledger.open(), std::runtime_error);
 }
 
 }  // namespace

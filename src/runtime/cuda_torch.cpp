@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #ifdef BCD_TORCH_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
@@ -14,6 +16,15 @@
 #include "base/error.h"
 
 namespace bcd {
+
+void start_cuda_device(int device) {
+#ifdef BCD_TORCH_CUDA
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+#else
+  (void)device;
+#endif
+}
 
 void* torch_current_cuda_stream(int device) {
 #ifdef BCD_TORCH_CUDA
@@ -28,15 +39,18 @@ void cap_cuda_allocator(int device, uint64_t bytes) {
 #ifdef BCD_TORCH_CUDA
   size_t free_b = 0, total = 0;
   int before = 0;
-  if (cudaGetDevice(&before) != cudaSuccess || cudaSetDevice(device) != cudaSuccess ||
+  if (cudaGetDevice(&before) != cudaSuccess || (before != device && cudaSetDevice(device) != cudaSuccess) ||
       cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
     (void)cudaGetLastError();
     user_error("cuda:{}: cannot read the device's memory size to cap it at {} bytes", device, bytes);
   }
-  cudaSetDevice(before);
+  if (before != device) cudaSetDevice(before);
   if (bytes > total)
     user_error("config: [memory] compute_bytes = {:.2f} GiB exceeds cuda:{}'s {:.2f} GiB", bytes / 1073741824.0, device,
                total / 1073741824.0);
+  // The allocator exists per device only after LibTorch's CUDA init (a CUDA tensor, or this):
+  // setMemoryFraction on an uninitialised one fails its "did you call init?" assertion.
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(bytes) / static_cast<double>(total),
                                                      static_cast<c10::DeviceIndex>(device));
 #else

@@ -10,6 +10,13 @@
 
 namespace bcd {
 
+// Makes `device` this process's current CUDA device, for LibTorch and the CUDA runtime alike, and
+// initialises LibTorch's CUDA state (its caching allocator among it, which cap_cuda_allocator
+// sets; Python's torch.cuda runs the same lazy init first). Called once at start-up, before any
+// CUDA memory, stream or event exists, so a rank's pinned pool, copy streams and kernels are on
+// its own GPU and no other GPU gets a context. No-op without a CUDA LibTorch.
+void start_cuda_device(int device);
+
 // The cudaStream_t LibTorch enqueues on for `device` (its current stream): the copy streams and
 // the fused AdamW order themselves against it. nullptr without a CUDA LibTorch.
 void* torch_current_cuda_stream(int device);

@@ -33,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 // Ranks on one node share its cores: threads = 0 gives each rank its share.
 torch::Device start_compute(const TrainConfig& tc, const DistEnv& env) {
   configure_threads(tc.threads, env.local_world_size);
-  return resolve_device(tc.device, env.local_rank);
+  return resolve_device(tc.device, env.local_rank, env.local_world_size);
 }
 
 // [data] path, or paths mixed by weights. A mixture's datasets must share one tokenizer (the same
@@ -426,7 +426,18 @@ std::vector<std::string> RunSetup::banner() const {
 
 // ---- Device and threads ----
 
-torch::Device resolve_device(const std::string& device, int index) {
+int cuda_device_for_rank(int local_rank, int local_ranks, int visible) {
+  BCD_CHECK(local_rank >= 0 && local_rank < std::max(local_ranks, 1) && visible >= 1,
+            "cuda_device_for_rank({}, {}, {})", local_rank, local_ranks, visible);
+  if (local_rank < visible && local_ranks <= visible) return local_rank;  // one GPU each, as torchrun
+  if (visible == 1) return 0;  // each rank was handed its own (Slurm --gpus-per-task, CUDA_VISIBLE_DEVICES)
+  user_error("config: [train] device = \"cuda\": {} ranks on this machine but {} GPUs visible to local rank {}; "
+             "each rank needs a GPU of its own (start at most {} ranks here, or give each rank one GPU through "
+             "CUDA_VISIBLE_DEVICES)",
+             local_ranks, visible, local_rank, visible);
+}
+
+torch::Device resolve_device(const std::string& device, int local_rank, int local_ranks) {
 #ifdef BCD_HAVE_CUDA_KERNELS
   const bool built = true;
 #else
@@ -437,6 +448,10 @@ torch::Device resolve_device(const std::string& device, int index) {
   if (!usable)
     user_error("config: [train] device = \"cuda\" but {}", built ? "LibTorch finds no usable CUDA device (is this LibTorch built with CUDA, is a GPU visible?)"
                                                                  : "this build has no CUDA kernels (configure with -DBCD_CUDA=ON and a CUDA toolkit)");
+  const int index = cuda_device_for_rank(local_rank, local_ranks, static_cast<int>(torch::cuda::device_count()));
+  // This rank's GPU is current before anything touches CUDA (no context on another GPU, the
+  // allocator initialised for cap_cuda_allocator).
+  start_cuda_device(index);
 #ifdef BCD_HAVE_CUDA_KERNELS
   const std::string why = adamw_cuda_unsupported_reason(index);
   if (!why.empty()) {

@@ -119,8 +119,15 @@ inline int cuda_index(const torch::Device& device) { return device.index() < 0 ?
 
 // [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
 // usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
-// no kernel image in this build), "auto" (cuda when usable). `index`: the GPU (a rank's LOCAL_RANK).
-torch::Device resolve_device(const std::string& device, int index = 0);
+// no kernel image in this build), "auto" (cuda when usable). On CUDA the rank's GPU
+// (cuda_device_for_rank) becomes the process's current device (start_cuda_device).
+torch::Device resolve_device(const std::string& device, int local_rank = 0, int local_ranks = 1);
+
+// The GPU of local rank `local_rank` of `local_ranks` on a machine where it sees `visible` GPUs:
+// its LOCAL_RANK when every local rank has one of its own (torchrun, bcdtrain launch), 0 when it
+// sees exactly one (Slurm's --gpus-per-task, CUDA_VISIBLE_DEVICES per rank); UserError when
+// ranks would have to share a GPU.
+int cuda_device_for_rank(int local_rank, int local_ranks, int visible);
 
 // memory.compute_bytes = auto on a CUDA device: the device's total memory (on the CPU the planner
 // takes the host's MemTotal).
