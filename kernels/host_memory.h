@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace bcd {
 
@@ -16,8 +17,9 @@ void* cuda_pinned_alloc(size_t bytes);
 void cuda_pinned_free(void* p);
 
 // cudaHostRegister(portable) of memory the caller mapped (a shared-memory segment), so copies
-// from it run at pinned speed; false when no CUDA device is usable or the call fails.
-bool cuda_host_register(void* p, size_t bytes);
+// from it run at pinned speed. "" when registered, else why not (no usable device, or CUDA's
+// error: the locked-memory limit, a kernel without the support).
+std::string cuda_host_register(void* p, size_t bytes);
 void cuda_host_unregister(void* p);
 
 // Total memory of CUDA device `device` (cudaMemGetInfo); 0 when no device is usable.

@@ -21,6 +21,9 @@
 #include "io/fault_engine.h"
 #include "memory/weight_stream.h"
 #include "test_util.h"
+#ifdef BCD_HAVE_CUDA_KERNELS
+#include "kernels/host_memory.h"
+#endif
 
 namespace bcd {
 namespace {
@@ -251,6 +254,34 @@ TEST(HostWeights, AttachingToASmallerSegmentIsRefused) {
   }();
   a.unlink_name();
   EXPECT_NE(err.find(name), std::string::npos) << err;
+}
+
+bool no_cuda_device() {
+#ifdef BCD_HAVE_CUDA_KERNELS
+  return !cuda_device_usable();
+#else
+  return true;
+#endif
+}
+
+// A host copy that cannot be page-locked for a GPU's copies is refused, naming what and why:
+// copies from pageable memory are synchronous, and the stream's overlap would be gone without a
+// word. (Here no CUDA device is usable, or the build has no CUDA kernels: registration fails.)
+TEST(HostWeights, ACopyThatCannotBePageLockedForTheGpuIsRefused) {
+  if (!no_cuda_device()) GTEST_SKIP() << "a CUDA device is usable here: registration succeeds";
+  for (bool shared : {false, true}) {
+    const std::string name = "/bcdtrain-test-lock-" + std::to_string(::getpid());
+    const std::string err = test::error_of([&] {
+      if (shared) HostWeights::create_shared(name, 1 << 20, true);
+      else HostWeights::make_private(1 << 20, true);
+    });
+    EXPECT_NE(err.find("could not be page-locked"), std::string::npos) << err;
+    EXPECT_NE(err.find(shared ? "the shared host copy " + name : "the host copy"), std::string::npos) << err;
+    EXPECT_NE(err.find("stream_weights"), std::string::npos) << err;
+    ::shm_unlink(name.c_str());
+  }
+  HostWeights plain = HostWeights::make_private(1 << 20, false);  // a CPU run locks nothing
+  EXPECT_NE(plain.data(), nullptr);
 }
 
 }  // namespace

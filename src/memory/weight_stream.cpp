@@ -26,13 +26,22 @@ uint64_t page_round(uint64_t bytes) {
   return std::max<uint64_t>((bytes + page - 1) / page * page, page);
 }
 
-bool register_for_cuda(void* p, uint64_t bytes, bool cuda) {
+// Page-locks [p, p + bytes) for a CUDA device's copies when `cuda`. A copy from pageable memory
+// is synchronous: the stream would stop hiding behind compute, so a failure is refused (as the
+// stager refuses an unlocked slab pool), never a silent slowdown.
+bool register_for_cuda(void* p, uint64_t bytes, bool cuda, const std::string& what) {
+  if (!cuda) return false;
 #ifdef BCD_HAVE_CUDA_KERNELS
-  return cuda && cuda_host_register(p, bytes);
+  const std::string why = cuda_host_register(p, bytes);
 #else
-  (void)p, (void)bytes, (void)cuda;
-  return false;
+  (void)p;
+  const std::string why = "this build has no CUDA kernels";
 #endif
+  if (why.empty()) return true;
+  user_error("streamed weights: {} ({:.2f} GiB) could not be page-locked for the GPU's copies ({}); copies from "
+             "pageable memory do not overlap compute. Raise the locked-memory limit (ulimit -l), free host memory, "
+             "or set memory.stream_weights = \"off\"",
+             what, static_cast<double>(bytes) / (1ull << 30), why);
 }
 
 }  // namespace
@@ -53,16 +62,16 @@ void HostWeights::map_fd(int fd, bool cuda) {
   ::close(fd);
   if (p == MAP_FAILED) user_error("shared weights {}: cannot map {} bytes ({})", name_, mapped_, std::strerror(err));
   data_ = static_cast<char*>(p);
-  registered_ = register_for_cuda(data_, mapped_, cuda);
+  registered_ = register_for_cuda(data_, mapped_, cuda, "the shared host copy " + name_);
 }
 
-HostWeights HostWeights::make_private(uint64_t bytes, bool cuda) {
+HostWeights HostWeights::make_private(uint64_t bytes, bool cuda, const std::string& what) {
   HostWeights h = sized(bytes, "");
   void* p = ::mmap(nullptr, h.mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     user_error("streamed weights: cannot allocate {} bytes of host memory ({})", h.mapped_, std::strerror(errno));
   h.data_ = static_cast<char*>(p);
-  h.registered_ = register_for_cuda(h.data_, h.mapped_, cuda);
+  h.registered_ = register_for_cuda(h.data_, h.mapped_, cuda, what);
   return h;
 }
 

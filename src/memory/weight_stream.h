@@ -23,12 +23,13 @@
 namespace bcd {
 
 // The host copy of the streamed weights: `bytes` in host memory, page-locked for a CUDA
-// device's copies when `cuda` (cudaHostRegister; ordinary memory if that fails).
+// device's copies when `cuda` (cudaHostRegister; UserError saying why when that fails: copies
+// from pageable memory would be synchronous, the stream's overlap lost).
 class HostWeights {
  public:
   HostWeights() = default;
-  // A private copy (anonymous memory).
-  static HostWeights make_private(uint64_t bytes, bool cuda);
+  // A private copy (anonymous memory); `what` names it in a refusal to page-lock it.
+  static HostWeights make_private(uint64_t bytes, bool cuda, const std::string& what = "the host copy");
   // One copy per machine: the first rank of the machine creates the segment `name` (a POSIX
   // shared-memory name, "/bcdtrain-..."; a stale one of a dead run is replaced), the others
   // attach to it once it exists (the caller orders them, e.g. with a barrier). UserError naming

@@ -88,7 +88,8 @@ StreamedWeights::StreamedWeights(const MemoryPlan& plan, const ModelConfig& mode
       if (on_nvme_[b]) object_[b] = store_->create("weights." + shapes[b].name, static_cast<uint64_t>(numel_[b] * elem_));
     charges_.emplace_back(acct, Pool::kNvme, w, nvme_bytes);
     stage_bytes_ = (slot_bytes + 4095) / 4096 * 4096;
-    staging_ = HostWeights::make_private(static_cast<uint64_t>(depth + 1) * stage_bytes_, cuda);
+    staging_ = HostWeights::make_private(static_cast<uint64_t>(depth + 1) * stage_bytes_, cuda,
+                                        "the NVMe staging buffers");
     charges_.emplace_back(acct, Pool::kPinned, kUseStaging, static_cast<uint64_t>(depth + 1) * stage_bytes_);
   }
 
