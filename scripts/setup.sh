@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Installs every dependency bcdtrain needs (Debian 12 packages; idempotent) and builds into build/.
+# Installs every dependency bcdtrain needs and builds into build/ (idempotent): Debian 12 packages,
+# and LibTorch from PyPI's `torch` wheel, pinned to the GPU machines' version, in a virtual
+# environment outside the clone that every later set-up (and every clone) reuses.
 # Environment: BCD_SKIP_APT=1 skips the package step; BCD_BUILD_TYPE (default Release);
-# CMAKE_PREFIX_PATH picks another LibTorch (e.g. a CUDA build); BCD_JOBS parallel build jobs.
+# BCD_JOBS parallel build jobs; BCD_TORCH_VENV where the wheel goes (default
+# ~/.cache/bcdtrain/torch-2.11.0); BCD_TORCH_DIR another LibTorch's share/cmake/Torch (skips pip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake pkg-config git
-  libtorch-dev                      # LibTorch (CPU) 1.13
-  libgloo-dev                       # Gloo's headers: LibTorch's CPU process group (multi-rank training)
-  libopenblas0-pthread              # fast BLAS for LibTorch (the default reference BLAS is ~27x slower)
+  python3 python3-venv              # the virtual environment LibTorch comes in (pip `torch`)
+  libgloo-dev                       # Gloo's headers (the wheel has none): the CPU process group
+  ninja-build                       # the generator of scripts/gpu_check.sh and its bare-machine test
   liburing-dev libtbb-dev libhdf5-dev libfmt-dev
   libsentencepiece-dev              # tokenizer (loaded at run time, see src/io/tokenizer.cpp)
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
@@ -17,7 +20,6 @@ PACKAGES=(
   clang libclang-rt-14-dev           # libFuzzer build of the safetensors parser (scripts/fuzz.sh)
   fio                               # reference for `bcdtrain iobench` (scripts/bench_io.sh)
   sentencepiece time                # spm_encode and GNU time: scripts/bench_prepare.sh, bench_data_memory.sh
-  python3                           # scripts/gpu_check_summary.py and the tests of scripts/
   gnuplot-nox                       # scripts/plot.sh (the pngcairo terminal, no X11)
   fortunes                          # demo corpus: /usr/share/games/fortunes
 )
@@ -35,17 +37,47 @@ if [[ ${#missing[@]} -gt 0 && "${BCD_SKIP_APT:-0}" != 1 ]]; then
   $SUDO apt-get install -y -q "${missing[@]}"
 fi
 
-# LibTorch calls BLAS through libblas.so.3: make sure OpenBLAS, not the reference BLAS, serves it.
-blas_alt=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
-if [[ -e $blas_alt ]] && command -v update-alternatives > /dev/null; then
-  cur=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/{print $2}')
-  if [[ "$cur" != "$blas_alt" && $(id -u) -eq 0 ]]; then
-    update-alternatives --set libblas.so.3-x86_64-linux-gnu "$blas_alt" || true
-    update-alternatives --set liblapack.so.3-x86_64-linux-gnu \
-      /usr/lib/x86_64-linux-gnu/openblas-pthread/liblapack.so.3 || true
+# ---- LibTorch: PyPI's torch, the very build the GPU machines run ----
+# torch 2.11.0 on PyPI is the CUDA 13.0 build (2.11.0+cu130): the same LibTorch serves CPU runs,
+# CI's CUDA-enabled build (nvcc 13) and the GPU check. About 2.7 GB downloaded, 4.6 GB installed.
+TORCH_VERSION=2.11.0
+torch_dir=${BCD_TORCH_DIR:-}
+if [[ -z $torch_dir ]]; then
+  venv=${BCD_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/bcdtrain/torch-$TORCH_VERSION}
+  mkdir -p "$(dirname "$venv")"
+  # One installer at a time (two clones setting up at once share the cache).
+  exec 9> "$venv.lock"
+  flock 9
+  # The version is read from the package's metadata: importing torch costs seconds.
+  have_torch() {
+    [[ -x $venv/bin/python ]] && [[ $("$venv/bin/python" -c \
+      'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null) == "$TORCH_VERSION"* ]]
+  }
+  if ! have_torch; then
+    echo "setup: installing torch==$TORCH_VERSION from PyPI into $venv (about 2.7 GB to download)"
+    [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --no-cache-dir "torch==$TORCH_VERSION"
+    have_torch || { echo "setup: torch $TORCH_VERSION did not install into $venv" >&2; exit 1; }
   fi
+  exec 9>&-
+  # torch.utils.cmake_prefix_path without importing torch.
+  torch_dir=$("$venv/bin/python" -c 'import importlib.util, os
+print(os.path.join(os.path.dirname(importlib.util.find_spec("torch").origin), "share", "cmake", "Torch"))')
+fi
+[[ -f $torch_dir/TorchConfig.cmake ]] || { echo "setup: no TorchConfig.cmake in $torch_dir" >&2; exit 1; }
+
+# A build folder configured against another LibTorch (Debian's 1.13, before this set-up) starts
+# afresh: its cache names that LibTorch's libraries and Caffe2's settings.
+cache=build/CMakeCache.txt
+if [[ -f $cache ]] && ! grep -qxF "Torch_DIR:PATH=$torch_dir" "$cache" && ! grep -qxF "Torch_DIR:UNINITIALIZED=$torch_dir" "$cache"; then
+  echo "setup: build/ was configured against another LibTorch: configuring it afresh"
+  rm -rf "$cache" build/CMakeFiles
 fi
 
+# Where nvcc is, the GPU path must build: the CUDA kernels, LibTorch's CUDA side and NCCL.
+require_cuda=OFF
+if command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then require_cuda=ON; fi
 jobs=${BCD_JOBS:-$(nproc)}
-cmake -S . -B build -DCMAKE_BUILD_TYPE="${BCD_BUILD_TYPE:-Release}" ${CMAKE_PREFIX_PATH:+-DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH"}
+cmake -S . -B build -DCMAKE_BUILD_TYPE="${BCD_BUILD_TYPE:-Release}" -DTorch_DIR="$torch_dir" \
+  -DBCD_REQUIRE_CUDA="$require_cuda"
 cmake --build build -j "$jobs"

@@ -145,9 +145,13 @@ TEST_F(MemoryRun, NvmeHomeWithoutPathsIsRefused) {
 // ---- Low-RAM mode ----
 
 // A model whose master + moments are about 3x memory.host_bytes: resident memory stays within
-// host_bytes + the compute tier (host memory on CPU builds) + a fixed runtime overhead.
+// host_bytes + the compute tier (host memory on CPU builds) + what loading the binary costs (the
+// pages of LibTorch and the CUDA libraries it links: about 470 MiB with pip's torch 2.11, measured
+// as `bcdtrain --help`'s peak) + a fixed runtime overhead.
 TEST_F(MemoryRun, LowRamKeepsResidentMemoryWithinTheBudget) {
-  constexpr uint64_t kOverhead = 320ull << 20;  // LibTorch, tokenizer, dataset, allocator slack
+  constexpr uint64_t kOverhead = 192ull << 20;  // tokenizer, dataset, LibTorch's working memory, allocator slack
+  const uint64_t loaded = test::peak_rss_bytes("--help");
+  ASSERT_GT(loaded, 0u) << "bcdtrain --help could not be run";
   const uint64_t host_budget = 192ull << 20;
   const std::string args = "--train.dtype=bf16 --model.d_model=512 --model.d_ff=1536 --model.n_layers=16"
                            " --bcd.layers_per_block=1 --bcd.switch_every=1 --bcd.order=ascending --train.steps=18"
@@ -161,9 +165,9 @@ TEST_F(MemoryRun, LowRamKeepsResidentMemoryWithinTheBudget) {
   EXPECT_GE(state, 3 * host_budget) << "the test needs state of at least 3x the host budget";
   const uint64_t compute = mem["compute"]["peak"].get<uint64_t>();
   const uint64_t rss = m.back()["rss_peak_bytes"].get<uint64_t>();
-  EXPECT_LE(rss, host_budget + compute + kOverhead)
+  EXPECT_LE(rss, host_budget + compute + loaded + kOverhead)
       << "VmHWM " << (rss >> 20) << " MiB; host " << (host_budget >> 20) << " + compute " << (compute >> 20)
-      << " + overhead " << (kOverhead >> 20) << " MiB";
+      << " + the binary loaded " << (loaded >> 20) << " + overhead " << (kOverhead >> 20) << " MiB";
   // had the state stayed in RAM, the bound would not hold: the test can fail
   EXPECT_GT(state, host_budget + kOverhead);
   EXPECT_LE(mem["host"]["peak"].get<uint64_t>() + mem["pinned"]["peak"].get<uint64_t>(), host_budget);

@@ -1,6 +1,7 @@
 // Test helpers: temporary directories and subprocess runs of the bcdtrain binary.
 #include "test_util.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +43,25 @@ RunResult run_shell(const std::string& command) {
 }
 
 RunResult run_bcdtrain(const std::string& args) { return run_shell(std::string(BCD_BINARY) + " " + args); }
+
+std::string fortunes_dir() {
+  const char* dir = std::getenv("BCD_FORTUNES_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : "/usr/share/games/fortunes";
+}
+
+uint64_t peak_rss_bytes(const std::string& args) {
+  const pid_t pid = fork();
+  if (pid < 0) return 0;
+  if (pid == 0) {
+    const std::string cmd = "exec " + std::string(BCD_BINARY) + " " + args + " > /dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  if (wait4(pid, &status, 0, &usage) != pid) return 0;
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
+}
 
 Background::Background(const std::string& args, const std::string& log) {
   pid = fork();
@@ -88,7 +108,7 @@ RunResult prepare_fortunes(const std::string& out) {
     fs::create_directories(cache.parent_path(), ec);
     const std::string tmp = cache.string() + ".tmp-" + std::to_string(::getpid());
     fs::remove_all(tmp, ec);
-    RunResult r = run_bcdtrain("prepare --input /usr/share/games/fortunes --out " + tmp + " --vocab-size 2048");
+    RunResult r = run_bcdtrain("prepare --input " + fortunes_dir() + " --out " + tmp + " --vocab-size 2048");
     if (r.exit_code != 0) return r;
     fs::rename(tmp, cache, ec);  // a process preparing at the same time may have won: its copy is as good
     if (ec) fs::remove_all(tmp, ec);

@@ -34,6 +34,12 @@ struct RunResult {
 RunResult run_bcdtrain(const std::string& args);
 // The same for any shell command line.
 RunResult run_shell(const std::string& command);
+// Debian's fortunes (the demo corpus): BCD_FORTUNES_DIR where set (scripts/gpu_check.sh points it
+// at the unpacked package on a machine without Debian's), else /usr/share/games/fortunes.
+std::string fortunes_dir();
+// Peak resident memory (VmHWM, bytes) of `bcdtrain ARGS` run to its end, output discarded; 0 if
+// it could not be run.
+uint64_t peak_rss_bytes(const std::string& args);
 
 // `bcdtrain ARGS` in the background (stdout and stderr to `log`), for signals and kills.
 struct Background {

@@ -540,7 +540,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // libgomp reads OMP_WAIT_POLICY once, when it is loaded. Its default (spin for a while after
-  // every parallel region) steals the second core from OpenBLAS's threads and halves CPU training
+  // every parallel region) steals the second core from the BLAS threads and halves CPU training
   // speed on small machines, so unless the user chose a policy we set PASSIVE and start again.
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("BCD_NO_REEXEC")) {
     ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
