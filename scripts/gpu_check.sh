@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The GPU check, in one call on a machine with an NVIDIA GPU and a pip PyTorch: builds bcdtrain
-# against that PyTorch's LibTorch with the CUDA kernels, runs the tests labelled `gpu`, plans full
-# AdamW on the Llama-2-7B shape, and trains that shape (random init) by BCD under a 24 GiB compute
-# cap with master + moments staged from host memory, then from NVMe, then on 2 ranks over NCCL when
-# 2 GPUs are visible. Every part runs under a share of --time-limit and is killed past it; logs go
-# to --out. Progress goes to stderr; the last stdout line is one JSON object, made by
-# scripts/gpu_check_summary.py from the out directory and also written to OUT/gpu_check.json.
+# The GPU check, in one call on a machine with an NVIDIA GPU, the CUDA toolkit, CMake, ninja and a
+# pip PyTorch, and no network: with --deps DIR (made by scripts/gpu_deps.sh where Debian's packages
+# are reachable) the libraries bcdtrain builds against are unpacked into a private prefix. It
+# builds bcdtrain and the `gpu` tests against that PyTorch's LibTorch with the CUDA kernels and
+# NCCL, runs those tests in parallel, plans full AdamW on the Llama-2-7B shape, trains the tiny
+# model on the GPU with its frozen layers' weights streamed (from host memory, then from NVMe)
+# and not streamed (the losses must be equal), and trains the 7B shape (random init) by BCD
+# under a 24 GiB compute cap with master + moments homed partly in host memory, partly on NVMe;
+# on 2 ranks over NCCL too when 2 GPUs are visible. Every part runs under a share of --time-limit
+# and is killed past it. Progress goes to stderr; the last stdout line is one JSON object, made by
+# scripts/gpu_check_summary.py. The out directory gets two files: gpu_check.json and
+# gpu-check-logs.tar.gz (every log, plan and metrics file).
 # Exit status: 0 every part passed; 1 a part failed, timed out or was not run (the JSON's "errors"
-# says which); 2 bad flags; 3 no usable GPU (found before anything is built or written: one line on
-# stderr says why, and the JSON has "gpu": null and "skipped": why); 130 interrupted (no JSON).
+# says which); 2 bad flags or --deps; 3 no usable GPU (found before anything is built or written:
+# one line on stderr says why, and the JSON has "gpu": null and "skipped": why); 130 interrupted.
 set -uo pipefail
 export LC_ALL=C  # decimal points in $EPOCHREALTIME and awk
 caller_dir=$PWD
@@ -17,17 +22,22 @@ repo=$PWD
 
 usage() {
   cat <<'EOF'
-usage: scripts/gpu_check.sh [--build-dir DIR] [--out DIR] [--skip-build] [--build-all] [--steps N]
-                            [--switch-every K] [--data DIR] [--nvme-dir DIR] [--time-limit SECONDS]
+usage: scripts/gpu_check.sh [--deps DIR] [--build-dir DIR] [--out DIR] [--skip-build] [--build-all]
+                            [--steps N] [--switch-every K] [--data DIR] [--nvme-dir DIR]
+                            [--python PATH] [--time-limit SECONDS]
+  --deps DIR            the packages scripts/gpu_deps.sh downloaded: unpacked into BUILD_DIR/deps
+                        and used for the build (default: the machine's own libraries)
   --build-dir DIR       CUDA build directory (default: build-gpu in the repository)
-  --out DIR             logs and gpu_check.json (default: $OUT when set, else BUILD_DIR/gpu-check-out)
+  --out DIR             gpu_check.json and gpu-check-logs.tar.gz (default: $OUT when set, else
+                        BUILD_DIR/gpu-check-out)
   --skip-build          use the build already in --build-dir (a second call on the same machine)
   --build-all           build every target (default: bcdtrain and the gpu tests' executables)
   --steps N             optimizer steps of each training run (default 12)
   --switch-every K      steps per BCD visit (default 2; N must be at least 2K + 1)
   --data DIR            a dataset made by `bcdtrain prepare` (default: prepare Debian's fortunes)
   --nvme-dir DIR        where the NVMe tier goes (default: BUILD_DIR/gpu-check-work)
-  --time-limit SECONDS  wall-clock budget of the whole check, summary included (default 470)
+  --python PATH         the Python whose torch is built against (default: python3)
+  --time-limit SECONDS  wall-clock budget of the whole check, summary included (default 540)
   -h, --help            this text
 The last stdout line is one JSON object (keys: README.md, "GPU check"). Exit status: 0 all parts
 passed, 1 a part failed or timed out, 2 bad flags, 3 no usable GPU (nothing built).
@@ -41,7 +51,7 @@ say() { echo "gpu_check: $*" >&2; }
 
 # ---- Flags ----
 build_dir="" out_dir="" skip_build=0 build_all=0 steps=12 switch_every=2 data_dir="" nvme_dir=""
-time_limit=470
+deps_dir="" python=python3 time_limit=540
 while (($#)); do
   flag=$1 value="" has_value=0
   if [[ $flag == --*=* ]]; then value=${flag#*=} flag=${flag%%=*} has_value=1; fi
@@ -50,7 +60,7 @@ while (($#)); do
     --skip-build | --build-all)
       ((has_value)) && usage_error "$flag takes no value"
       [[ $flag == --skip-build ]] && skip_build=1 || build_all=1 ;;
-    --build-dir | --out | --steps | --switch-every | --data | --nvme-dir | --time-limit)
+    --build-dir | --out | --steps | --switch-every | --data | --nvme-dir | --time-limit | --deps | --python)
       if ((!has_value)); then
         (($# >= 2)) || usage_error "$flag needs a value"
         value=$2
@@ -65,6 +75,8 @@ while (($#)); do
         --data) data_dir=$value ;;
         --nvme-dir) nvme_dir=$value ;;
         --time-limit) time_limit=$value ;;
+        --deps) deps_dir=$value ;;
+        --python) python=$value ;;
       esac ;;
     -*) usage_error "unknown flag '$flag'" ;;
     *) usage_error "unexpected argument '$flag'" ;;
@@ -86,11 +98,14 @@ fi
 if [[ -n $build_dir ]]; then build_dir=$(absolute "$build_dir"); else build_dir=$repo/build-gpu; fi
 [[ -n $data_dir ]] && data_dir=$(absolute "$data_dir")
 [[ -n $nvme_dir ]] && nvme_dir=$(absolute "$nvme_dir")
+[[ -n $deps_dir ]] && deps_dir=$(absolute "$deps_dir")
 # Paths reach the trainer as TOML strings.
 for p in "$build_dir" "$data_dir" "$nvme_dir"; do
   [[ $p != *[\"\\]* ]] || usage_error "path '$p': quotes and backslashes are not supported"
 done
 [[ -z $data_dir || -f $data_dir/tokens.h5 ]] || usage_error "--data $data_dir: no tokens.h5 there (make it with bcdtrain prepare)"
+[[ -z $deps_dir || -f $deps_dir/MANIFEST ]] ||
+  usage_error "--deps $deps_dir: no MANIFEST there (make the folder with scripts/gpu_deps.sh DIR)"
 
 # ---- GPU: nvidia-smi lists one and PyTorch can use it; else skip before anything is built ----
 skip() {
@@ -111,13 +126,13 @@ smi_rc=$?
 if ((smi_rc != 0)) || ! grep -qE '^GPU [0-9]+:' <<< "$smi"; then
   skip "no GPU: nvidia-smi -L lists none (exit $smi_rc: $(head -n 1 <<< "$smi"))"
 fi
-command -v python3 > /dev/null || skip "no PyTorch: python3 not found"
-probe=$(python3 -c '
+command -v "$python" > /dev/null || skip "no PyTorch: $python not found"
+probe=$("$python" -c '
 import sys
 try:
     import torch
 except Exception as e:
-    sys.exit("no PyTorch: python3 cannot import torch (%s)" % e)
+    sys.exit("no PyTorch: %s cannot import torch (%s)" % (sys.executable, e))
 if not torch.cuda.is_available():
     sys.exit("no GPU: torch %s (CUDA %s) finds no usable CUDA device" % (torch.__version__, torch.version.cuda))
 import torch.utils
@@ -132,15 +147,16 @@ probe_value() { sed -n "s/^$1=//p" <<< "$probe" | head -n 1; }
 gpu_count=$(probe_value gpus) cuda_arch=$(probe_value arch) torch_prefix=$(probe_value prefix)
 say "$(probe_value gpu) x $gpu_count, torch $(probe_value torch) (CUDA $(probe_value cuda))"
 
-# ---- Directories: OUT holds what a caller fetches (small); WORK the runs' large files ----
+# ---- Directories: LOGS holds every log (tarred into OUT at the end); WORK the runs' large files ----
 [[ -n $out_dir ]] || out_dir=$build_dir/gpu-check-out
+logs_dir=$build_dir/gpu-check-logs
 work_dir=$build_dir/gpu-check-work
 [[ -n $nvme_dir ]] || nvme_dir=$work_dir
 nvme_path=$nvme_dir/bcdtrain-gpu-check  # removed after each run: never the given directory itself
-status_dir=$out_dir/status
+status_dir=$logs_dir/status
 mkdir -p "$out_dir" "$work_dir" || { say "cannot create $out_dir and $work_dir"; exit 1; }
 # An earlier call's results must not pass for this one's.
-rm -rf "$status_dir" "$out_dir"/bcd_* "$out_dir"/{build.log,ctest-gpu.log,corpus.log,plan-full-adamw.txt,gpu_check.json}
+rm -rf "$logs_dir" "$out_dir/gpu_check.json" "$out_dir/gpu-check-logs.tar.gz"
 mkdir -p "$status_dir"
 grep -E '^(gpus|gpu|torch|cuda|arch)=' <<< "$probe" > "$status_dir/probe"
 
@@ -151,24 +167,27 @@ part_pid=""
 on_signal() {
   exec 2>&3
   [[ -n $part_pid ]] && kill -KILL -- "-$part_pid" 2> /dev/null
-  say "interrupted; logs so far in $out_dir"
+  say "interrupted; logs so far in $logs_dir"
   exit 130
 }
 trap on_signal INT TERM
 
-# ---- Parts and their time budgets ----
+# ---- Parts and their time budgets (README.md, "GPU check", has the table) ----
 # A part gets at most its cap, and never the minimum that every later part needs (plus the
 # summary's reserve): a slow build leaves the training runs their minimum, and a part that would
 # get less than its own minimum is not run. A part past its budget is killed with its children
 # (SIGKILL: SIGTERM would make the trainer checkpoint ~100 GB of state first).
-declare -A part_min=([build]=60 [ctest_gpu]=30 [plan_full_adamw]=5 [corpus]=20 [bcd_host]=60 [bcd_nvme]=60 [bcd_2rank]=60)
-declare -A part_cap=([build]=$time_limit [ctest_gpu]=150 [plan_full_adamw]=30 [corpus]=90 [bcd_host]=180 [bcd_nvme]=180 [bcd_2rank]=180)
+declare -A part_min=([deps]=5 [build]=60 [ctest_gpu]=20 [plan_full_adamw]=5 [corpus]=10 [stream_off]=10
+  [stream_host]=10 [stream_nvme]=10 [bcd_7b]=60 [bcd_2rank]=60)
+declare -A part_cap=([deps]=30 [build]=$time_limit [ctest_gpu]=90 [plan_full_adamw]=20 [corpus]=45
+  [stream_off]=40 [stream_host]=40 [stream_nvme]=40 [bcd_7b]=200 [bcd_2rank]=150)
 summary_reserve=10
 planned=()
+[[ -n $deps_dir ]] && planned+=(deps)
 ((skip_build)) || planned+=(build)
 planned+=(ctest_gpu plan_full_adamw)
 [[ -n $data_dir ]] || planned+=(corpus)
-planned+=(bcd_host bcd_nvme)
+planned+=(stream_off stream_host stream_nvme bcd_7b)
 ((gpu_count >= 2)) && planned+=(bcd_2rank)
 
 # Prints the part's budget in seconds; fails when that is under the part's minimum.
@@ -203,7 +222,7 @@ run_part() {
     say "$part: not run: not enough time left"
     return 1
   fi
-  local rel=${log#"$out_dir"/} errrel=${errlog#"$out_dir"/}
+  local rel=${log#"$logs_dir"/} errrel=${errlog#"$logs_dir"/}
   [[ $errlog == - ]] && errrel=$rel
   say "$part: running (budget $limit s, log $rel)"
   local t0=$EPOCHREALTIME rc
@@ -233,8 +252,28 @@ run_part() {
   say "$part: $state (exit $rc, $seconds s)"
   [[ $state == ok ]]
 }
+# skip_part PART WHY: a part that cannot run because an earlier one failed (that one is the error).
+skip_part() { record "$1" state=skipped "reason=$2"; say "$1: skipped: $2"; }
 
-# ---- Build: the CUDA path against the pip PyTorch's LibTorch ----
+# ---- Dependencies: the carried Debian packages in a private prefix (never /) ----
+deps_ok=1
+if [[ -n $deps_dir ]]; then
+  deps_prefix=$build_dir/deps
+  if run_part deps 0 "$logs_dir/deps.log" - bash scripts/gpu_deps.sh --unpack "$deps_dir" "$deps_prefix"; then
+    # CMake's, pkg-config's and the loader's paths (BCD_DEPS_CMAKE_ARGS, LD_LIBRARY_PATH,
+    # BCD_FORTUNES_DIR) for everything after this point.
+    # shellcheck source=/dev/null
+    source "$deps_prefix/env.sh"
+  else
+    deps_ok=0
+  fi
+else
+  record deps state=skipped "reason=no --deps: the machine's own libraries"
+fi
+[[ -v BCD_DEPS_CMAKE_ARGS ]] || BCD_DEPS_CMAKE_ARGS=()
+fortunes=${BCD_FORTUNES_DIR:-/usr/share/games/fortunes}
+
+# ---- Build: the CUDA path against the machine's own LibTorch, with Ninja ----
 bin=$build_dir/bcdtrain
 if ((skip_build)); then
   if [[ -x $bin ]]; then
@@ -242,103 +281,110 @@ if ((skip_build)); then
   else
     record build state=failed "reason=--skip-build but $bin is missing"
   fi
+elif ((!deps_ok)); then
+  skip_part build "the packages of --deps could not be unpacked"
 else
   # Only what this check runs (bcdtrain, and the executables of the `gpu` tests: the target
-  # bcd_gpu_tests in tests/CMakeLists.txt), unless --build-all.
+  # bcd_gpu_tests in tests/CMakeLists.txt), unless --build-all. -k 0: every failing file is
+  # reported, not only the first.
   targets=(--target bcdtrain bcd_gpu_tests)
   ((build_all)) && targets=()
+  generator=(-G Ninja)
+  command -v ninja > /dev/null || generator=()
+  keep_going=(-k 0)
+  ((${#generator[@]})) || keep_going=(-k)
   # shellcheck disable=SC2016  # expanded by the inner bash
-  run_part build 0 "$out_dir/build.log" - bash -c '
+  run_part build 0 "$logs_dir/build.log" - bash -c '
     set -ex
-    cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Release -DBCD_CUDA=ON "-DCMAKE_PREFIX_PATH=$2" "-DBCD_CUDA_ARCHITECTURES=$3"
-    build=$1
-    shift 3
-    cmake --build "$build" -j "$(nproc)" "$@"' _ "$build_dir" "$torch_prefix" "$cuda_arch" "${targets[@]}"
+    build=$1 torch_dir=$2 arch=$3 ngen=$4
+    shift 4
+    gen=("${@:1:ngen}")
+    shift "$ngen"
+    ndeps=$1
+    shift
+    deps=("${@:1:ndeps}")
+    shift "$ndeps"
+    cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBCD_CUDA=ON -DBCD_REQUIRE_CUDA=ON \
+      "-DTorch_DIR=$torch_dir" "-DBCD_CUDA_ARCHITECTURES=$arch" "${deps[@]}"
+    cmake --build "$build" -j "$(nproc)" "$@"' _ "$build_dir" "$torch_prefix/Torch" "$cuda_arch" \
+    "${#generator[@]}" "${generator[@]}" "${#BCD_DEPS_CMAKE_ARGS[@]}" "${BCD_DEPS_CMAKE_ARGS[@]}" \
+    "${targets[@]}" -- "${keep_going[@]}"
 fi
 have_bin=0
 [[ $(sed -n 's/^state=//p' "$status_dir/build") =~ ^(ok|skipped)$ && -x $bin ]] && have_bin=1
-# skip_part PART WHY: a part that cannot run because an earlier one failed (that one is the error).
-skip_part() { record "$1" state=skipped "reason=$2"; say "$1: skipped: $2"; }
 
-# ---- Tests labelled gpu ----
+# ---- Tests labelled gpu, in parallel (each caps its own share of the GPU) ----
 if ((have_bin)); then
-  run_part ctest_gpu 0 "$out_dir/ctest-gpu.log" - ctest --test-dir "$build_dir" -L gpu --output-on-failure --timeout 300
+  run_part ctest_gpu 0 "$logs_dir/ctest-gpu.log" - \
+    ctest --test-dir "$build_dir" -L gpu -j 8 --output-on-failure --timeout 80
 else
   skip_part ctest_gpu "no build"
 fi
 
-# ---- Training set-up: Llama-2-7B shape from the shipped config, BCD under a 24 GiB cap ----
-config=configs/llama2-7b-1x4090.toml
+# ---- Training set-up ----
 toml_str() { printf '"%s"' "$1"; }
-# A fixed cycle over the top three layers: after the first cycle every switch reads the next
-# block's master + moments back from its home and writes the previous one's out, as in a long run
-# (a block's first visit reads nothing: it starts from the model). Their steps run backward
-# through 3 of 32 layers, so tokens/s is above a random order's mean; TFLOP/s counts what ran.
-cycle='["layer.29","layer.30","layer.31"]'
-train_common=(--train.device=cuda --train.steps="$steps" --train.warmup_steps=1 --train.val_batches=1
-  --train.checkpoint_every=0 --train.save_model=false --train.log_every=1 --bcd.enabled=true --bcd.switch_every="$switch_every"
-  --bcd.order=fixed "--bcd.fixed_order=$cycle" --memory.compute_bytes=24GiB --memory.pinned_bytes=auto
-  "--sample.prompts=[]")
-# Host run: every block's master + moments in host memory (75.3 GiB + the 4.5 GiB pinned pool).
-host_memory=(--memory.home=host --memory.host_bytes=auto "--memory.nvme_paths=[]")
-# NVMe run: host memory first fit by block (embed, layer.0 .., head) under 72 GiB less the pinned
-# pool: embed and layer.0-28 fit (67.1 GiB), layer.29-31 and head (8.25 GiB) go to NVMe, which keeps
-# the tier within a 64 GiB disk beside the build. `bcdtrain plan` shows it (OUT/bcd_nvme/plan.txt).
-nvme_memory=(--memory.home=auto --memory.host_bytes=72GiB "--memory.nvme_paths=[$(toml_str "$nvme_path")]")
+no_extras=(--train.checkpoint_every=0 --train.save_model=false --train.log_every=1 "--sample.prompts=[]")
+# 7B: the Llama-2-7B shape from the shipped config, BCD under a 24 GiB cap. Host memory holds
+# master + moments first fit by block (embed, layer.0 ..) within memory.host_bytes (explicit:
+# such machines' RAM may start small and grow, so `auto` would plan on what is free at start):
+# 72 GiB less the pinned pool holds embed and layer.0-28 (67.1 GiB); layer.29-31 and head
+# (8.25 GiB) go to NVMe, within a 64 GiB disk beside the build. A fixed cycle over layer.28
+# (host) and layer.29-30 (NVMe): after the first cycle every switch reads the next block's state
+# back from its home, host memory and NVMe alike, and writes the previous one's out. Their steps
+# run backward through 4 of 32 layers, so tokens/s is above a random order's mean; TFLOP/s
+# counts what ran. `bcdtrain plan` shows the homes (bcd_7b/plan.txt in the logs).
+config_7b=configs/llama2-7b-1x4090.toml
+cycle='["layer.28","layer.29","layer.30"]'
+bcd_7b_args=(--train.device=cuda --train.steps="$steps" --train.warmup_steps=1 --train.val_batches=1
+  --bcd.enabled=true --bcd.switch_every="$switch_every" --bcd.order=fixed "--bcd.fixed_order=$cycle"
+  --memory.compute_bytes=24GiB --memory.pinned_bytes=auto --memory.home=auto --memory.host_bytes=72GiB
+  "--memory.nvme_paths=[$(toml_str "$nvme_path")]" "${no_extras[@]}")
+# Tiny: configs/tiny.toml on the GPU for 8 steps (a switch every 2), its frozen layers' weights
+# streamed to the GPU from host memory or NVMe (every layer: `on`), or resident (`off`); all three
+# with activation checkpointing, which streaming needs (backward fetches a layer again). The
+# plan's speed check is waived: a 4M-parameter model's compute hides nothing.
+tiny_args=(--config configs/tiny.toml --train.device=cuda --train.steps=8 --train.warmup_steps=2
+  --train.val_every=0 --bcd.switch_every=2 --bcd.order=ascending --memory.compute_bytes=2GiB
+  --model.activation_checkpointing=true "${no_extras[@]}")
+stream_off=(--memory.stream_weights=off)
+stream_host=(--memory.stream_weights=on --memory.stream_home=host --memory.accept_slow_stream=true)
+stream_nvme=(--memory.stream_weights=on --memory.stream_home=nvme --memory.accept_slow_stream=true
+  "--memory.nvme_paths=[$(toml_str "$nvme_path")]")
 
-# ---- Planner: full-parameter AdamW on the same shape ----
+# ---- Planner: full-parameter AdamW on the 7B shape ----
 if ((have_bin)); then
   # Exit 2 with the table is the expected answer: it does not fit 24 GiB.
-  run_part plan_full_adamw "0 2" "$out_dir/plan-full-adamw.txt" - \
-    "$bin" plan --config "$config" "${train_common[@]}" --bcd.enabled=false "--memory.nvme_paths=[]"
+  run_part plan_full_adamw "0 2" "$logs_dir/plan-full-adamw.txt" - \
+    "$bin" plan --config "$config_7b" "${bcd_7b_args[@]}" --bcd.enabled=false "--memory.nvme_paths=[]"
 else
   skip_part plan_full_adamw "no build"
 fi
 
-# ---- Corpus: Debian's fortunes (as scripts/train.sh), else the shared LIMA records ----
+# ---- Corpus: Debian's fortunes (carried by --deps, or the machine's), as scripts/train.sh ----
 corpus=""
 if [[ -n $data_dir ]]; then
   corpus=$data_dir
   record corpus state=skipped "reason=--data $data_dir"
 elif ((!have_bin)); then
   skip_part corpus "no build"
-else
-  text=""
-  if [[ -d /usr/share/games/fortunes ]]; then
-    text=/usr/share/games/fortunes
-  else
-    for lima in shared/data/lima-900.jsonl ../shared/data/lima-900.jsonl; do
-      [[ -f $lima ]] || continue
-      # One document per record: prompt and response as paragraphs, records a blank line apart.
-      mkdir -p "$work_dir/lima" && python3 -c '
-import json, sys
-with open(sys.argv[2], "w") as out:
-    for line in open(sys.argv[1]):
-        r = json.loads(line)
-        out.write(r["prompt"].strip() + "\n\n" + r["response"].strip() + "\n\n")' "$lima" "$work_dir/lima/lima.txt" &&
-        text=$work_dir/lima
-      break
-    done
-  fi
-  if [[ -z $text ]]; then
-    record corpus state=failed \
-      "reason=no text to prepare: neither /usr/share/games/fortunes (Debian's fortunes) nor shared/data/lima-900.jsonl; give --data DIR"
-    say "corpus: failed: no text to prepare"
-  elif run_part corpus 0 "$out_dir/corpus.log" - \
-    "$bin" prepare --input "$text" --out "$work_dir/corpus" --vocab-size 2048 --force; then
-    corpus=$work_dir/corpus
-  fi
+elif [[ ! -d $fortunes ]]; then
+  record corpus state=failed \
+    "reason=no text to prepare: $fortunes is missing (Debian's fortunes: give --deps DIR, or --data DIR)"
+  say "corpus: failed: $fortunes is missing"
+elif run_part corpus 0 "$logs_dir/corpus.log" - \
+  "$bin" prepare --input "$fortunes" --out "$work_dir/corpus" --vocab-size 2048 --force; then
+  corpus=$work_dir/corpus
 fi
 
 # ---- Training runs ----
-# train_run RUN NPROC EXPECT_NVME_READS MEMORY_OVERRIDES...: plans the run (OUT/RUN/plan.txt), then
-# trains it into WORK/runs/RUN; stdout, stderr, config and metrics go to OUT/RUN.
+# train_run RUN NPROC EXPECT ARGS...: plans the run (LOGS/RUN/plan.txt), then trains it into
+# WORK/runs/RUN; stdout, stderr, config and metrics go to LOGS/RUN. EXPECT: key=value lines for
+# the summary (what the run must show).
 train_run() {
   local run=$1 nproc=$2 expect=$3
   shift 3
-  local dir=$out_dir/$run run_dir=$work_dir/runs/$run
-  local args=(--config "$config" "--data.path=$(toml_str "$corpus")" "--train.run_dir=$(toml_str "$run_dir")"
-    "${train_common[@]}" "$@")
+  local dir=$logs_dir/$run run_dir=$work_dir/runs/$run
+  local args=("$@" "--data.path=$(toml_str "$corpus")" "--train.run_dir=$(toml_str "$run_dir")")
   mkdir -p "$dir" "$nvme_path"
   rm -rf "$run_dir"
   # The plan within the run's budget: its table is for the reader; train refuses what plan would.
@@ -349,39 +395,46 @@ train_run() {
     "$bin" plan --nproc "$nproc" "$@" > "$plan_txt" 2>&1
     if ((nproc > 1)); then exec "$bin" launch --nproc "$nproc" train "$@"; else exec "$bin" train "$@"; fi
   ' _ "$bin" "$dir/plan.txt" "$nproc" "${args[@]}"
-  echo "expect_nvme_reads=$expect" >> "$status_dir/$run"
+  # shellcheck disable=SC2086  # one key=value per word
+  [[ -n $expect ]] && printf '%s\n' $expect >> "$status_dir/$run"
   local f
   for f in metrics.jsonl config.toml; do [[ -f $run_dir/$f ]] && cp "$run_dir/$f" "$dir/"; done
-  # A killed run's NVMe extents: nothing here reads them (train.save_model = false: no weights).
-  rm -rf "$nvme_path"
+  # A run's NVMe extents: nothing reads them later (train.save_model = false: no weights).
+  rm -rf "$nvme_path" "$run_dir"
 }
-for run in bcd_host bcd_nvme bcd_2rank; do
+for run in stream_off stream_host stream_nvme bcd_7b bcd_2rank; do
   if ((!have_bin)); then
     skip_part $run "no build"
   elif [[ -z $corpus ]]; then
     skip_part $run "no corpus"
-  elif [[ $run == bcd_host ]]; then
-    train_run bcd_host 1 0 "${host_memory[@]}"
-  elif [[ $run == bcd_nvme ]]; then
-    train_run bcd_nvme 1 1 "${nvme_memory[@]}"
-  elif ! "$bin" --help | grep -q '^  launch '; then
-    skip_part bcd_2rank "bcdtrain has no launch subcommand"
+  elif [[ $run == stream_off ]]; then
+    train_run $run 1 "" "${tiny_args[@]}" "${stream_off[@]}"
+  elif [[ $run == stream_host ]]; then
+    train_run $run 1 "expect_stream=1" "${tiny_args[@]}" "${stream_host[@]}"
+  elif [[ $run == stream_nvme ]]; then
+    train_run $run 1 "expect_stream=1 expect_nvme_reads=1" "${tiny_args[@]}" "${stream_nvme[@]}"
+  elif [[ $run == bcd_7b ]]; then
+    train_run $run 1 "expect_nvme_reads=1 expect_host_reads=1" --config "$config_7b" "${bcd_7b_args[@]}"
   elif ((gpu_count < 2)); then
     skip_part bcd_2rank "needs 2 GPUs: $gpu_count visible (NCCL allows one rank per GPU in a communicator)"
   else
-    train_run bcd_2rank 2 0 "${host_memory[@]}"
+    # Both ranks' state in host memory (sharded: half each), no NVMe.
+    train_run $run 2 "" --config "$config_7b" "${bcd_7b_args[@]}" --memory.home=host "--memory.nvme_paths=[]"
   fi
 done
 
-# ---- Summary: the last stdout line ----
-summary=$(python3 scripts/gpu_check_summary.py "$out_dir")
+# ---- Summary: the last stdout line; OUT gets it and the logs' tarball ----
+summary=$(python3 scripts/gpu_check_summary.py "$logs_dir")
 rc=$?
 summary=${summary##*$'\n'}
 if [[ $summary != "{"* ]]; then
   summary="{\"gpu\": null, \"skipped\": null, \"errors\": [\"summary: scripts/gpu_check_summary.py printed no JSON (exit $rc)\"]}"
   rc=1
 fi
+printf '%s\n' "$summary" > "$logs_dir/gpu_check.json"
 printf '%s\n' "$summary" > "$out_dir/gpu_check.json"
-say "done in $SECONDS s, exit $rc; logs in $out_dir"
+tar -czf "$out_dir/gpu-check-logs.tar.gz" -C "$build_dir" "$(basename "$logs_dir")" ||
+  say "could not write $out_dir/gpu-check-logs.tar.gz"
+say "done in $SECONDS s, exit $rc; logs in $logs_dir and $out_dir/gpu-check-logs.tar.gz"
 printf '%s\n' "$summary"
 exit $rc

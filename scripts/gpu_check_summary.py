@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""The JSON summary of one scripts/gpu_check.sh call, read back from its out directory.
+"""The JSON summary of one scripts/gpu_check.sh call, read back from its logs directory.
 
-Usage: gpu_check_summary.py OUT_DIR        summarise the parts recorded under OUT_DIR
+Usage: gpu_check_summary.py LOGS_DIR       summarise the parts recorded under LOGS_DIR
        gpu_check_summary.py --skipped WHY  the summary of a call that found no GPU
 
 Prints one JSON object on one line. Exit status: 0 no errors, 1 some part failed (listed in
-"errors"), 3 skipped (no GPU). Layout of OUT_DIR (written by gpu_check.sh):
+"errors"), 3 skipped (no GPU). Layout of LOGS_DIR (written by gpu_check.sh):
   status/<part>          key=value lines: state (ok, failed, timed_out, not_run, skipped), rc,
-                         seconds, limit_s, reason, log, errlog, expect_nvme_reads
+                         seconds, limit_s, reason, log, errlog, and what a run must show:
+                         expect_nvme_reads, expect_host_reads, expect_stream
   status/probe           gpu, gpus, torch, cuda, arch
   ctest-gpu.log          ctest's output; plan-full-adamw.txt: `bcdtrain plan` for full AdamW
   <run>/metrics.jsonl    the trainer's records; <run>/plan.txt: `bcdtrain plan` of that run
@@ -19,8 +20,13 @@ import re
 import statistics
 import sys
 
-PARTS = ["build", "ctest_gpu", "plan_full_adamw", "corpus", "bcd_host", "bcd_nvme", "bcd_2rank"]
-RUNS = ["bcd_host", "bcd_nvme", "bcd_2rank"]
+PARTS = ["deps", "build", "ctest_gpu", "plan_full_adamw", "corpus", "stream_off", "stream_host", "stream_nvme",
+         "bcd_7b", "bcd_2rank"]
+# BCD runs of the 7B shape: medians over the steps after the first switch.
+RUNS = ["bcd_7b", "bcd_2rank"]
+# The tiny model with its frozen layers' weights resident (off) and streamed (host, nvme homes):
+# the streamed runs' losses must equal the resident run's, step for step.
+STREAM_RUNS = ["stream_off", "stream_host", "stream_nvme"]
 # Per logged step, medians over the steps after the first switch (see window()).
 MEDIAN_KEYS = ["tokens_per_s", "tflops", "mfu", "flops_per_step"]
 # Peaks since the run started: the largest value any record holds.
@@ -122,7 +128,7 @@ def empty_run(status):
     for key in PEAK_KEYS + MEDIAN_KEYS:
         run[key] = None
     run.update({"stall_ms_per_switch": None, "nvme_read_bytes": None, "nvme_write_bytes": None,
-                "compute_peak_bytes": None, "plan_compute_bytes": None})
+                "host_read_bytes": None, "compute_peak_bytes": None, "plan_compute_bytes": None})
     return run
 
 
@@ -150,9 +156,44 @@ def summarize_run(out, name, status):
     staged = last.get("staged_bytes") if isinstance(last.get("staged_bytes"), dict) else {}
     run["nvme_read_bytes"] = staged.get("nvme_read")
     run["nvme_write_bytes"] = staged.get("nvme_write")
+    run["host_read_bytes"] = staged.get("host_read")
     peaks = last.get("memory_peak_bytes") if isinstance(last.get("memory_peak_bytes"), dict) else {}
     run["compute_peak_bytes"] = peaks.get("compute")
     return run, records
+
+
+def empty_stream_run(status):
+    return {"state": status.get("state", "not_run") if status else "not_run",
+            "skipped": status.get("reason") if status and status.get("state") == "skipped" else None,
+            "seconds": number(status.get("seconds")) if status else None,
+            "steps_logged": 0, "losses": [], "tokens_per_s": None, "stream_bytes_total": None,
+            "stream_stall_ms_total": None, "nvme_read_bytes": None,
+            "losses_equal_to_off": None, "max_abs_loss_diff": None}
+
+
+def summarize_stream_run(out, name, status):
+    run = empty_stream_run(status)
+    records = read_metrics(os.path.join(out, name, "metrics.jsonl"))
+    if not records:
+        return run
+    run["steps_logged"] = len(records)
+    run["losses"] = [r.get("loss") for r in records]
+    run["tokens_per_s"] = median(records[1:], "tokens_per_s")  # the first step warms up
+    last = records[-1]
+    run["stream_bytes_total"] = last.get("stream_bytes_total")
+    run["stream_stall_ms_total"] = last.get("stream_stall_ms_total")
+    staged = last.get("staged_bytes") if isinstance(last.get("staged_bytes"), dict) else {}
+    run["nvme_read_bytes"] = staged.get("nvme_read")
+    return run
+
+
+def compare_losses(run, off):
+    """Fills the streamed run's comparison with the resident one; None where either has none."""
+    a, b = run["losses"], off["losses"]
+    if not a or not b or len(a) != len(b) or not all(is_number(x) for x in a + b):
+        return
+    run["losses_equal_to_off"] = a == b
+    run["max_abs_loss_diff"] = max(abs(x - y) for x, y in zip(a, b))
 
 
 def ctest_counts(lines):
@@ -176,7 +217,7 @@ def ctest_counts(lines):
             else:
                 in_failed = False
     if total is not None:
-        counts["skipped"] = sum(1 for line in lines if re.match(r"\s+\d+ - \S+ \(Skipped\)", line))
+        counts["skipped"] = sum(1 for line in lines if re.match(r"\s+\d+ - \S.* \(Skipped\)$", line))
         counts["passed"] = total - counts["failed"] - counts["skipped"]
     return counts, failed_names
 
@@ -254,16 +295,46 @@ def summarize(out):
         if status.get("expect_nvme_reads") == "1" and records and not run["nvme_read_bytes"]:
             errors.append(f"{name}: no state was read back from NVMe (staged_bytes.nvme_read is "
                           f"{run['nvme_read_bytes']}): the visited blocks are not homed there ({name}/plan.txt)")
+        if status.get("expect_host_reads") == "1" and records and not run["host_read_bytes"]:
+            errors.append(f"{name}: no state was read back from host memory (staged_bytes.host_read is "
+                          f"{run['host_read_bytes']}): the visited blocks are not homed there ({name}/plan.txt)")
 
+    streams = {name: summarize_stream_run(out, name, statuses[name]) for name in STREAM_RUNS}
+    off = streams["stream_off"]
+    for name in STREAM_RUNS:
+        run, status = streams[name], statuses[name]
+        if name != "stream_off":
+            compare_losses(run, off)
+        if run["state"] != "ok":
+            continue
+        if not run["steps_logged"]:
+            errors.append(f"{name}: no records in {name}/metrics.jsonl")
+            continue
+        if status.get("expect_stream") == "1" and not run["stream_bytes_total"]:
+            errors.append(f"{name}: no weights were streamed (stream_bytes_total is {run['stream_bytes_total']}; "
+                          f"{name}/plan.txt)")
+        if status.get("expect_nvme_reads") == "1" and not run["nvme_read_bytes"]:
+            errors.append(f"{name}: nothing was read back from NVMe (staged_bytes.nvme_read is "
+                          f"{run['nvme_read_bytes']})")
+        if name != "stream_off" and off["state"] == "ok":
+            if run["losses_equal_to_off"] is None:
+                errors.append(f"{name}: its losses cannot be compared with stream_off's "
+                              f"({len(run['losses'])} and {len(off['losses'])} logged)")
+            elif not run["losses_equal_to_off"]:
+                errors.append(f"{name}: losses differ from stream_off's (largest difference "
+                              f"{run['max_abs_loss_diff']:.3g}): streamed weights are not the resident ones")
+    deps = statuses["deps"]
     return {
         "gpu": probe.get("gpu") or None,
         "gpus": number(probe.get("gpus"), int),
         "torch": probe.get("torch") or None,
         "cuda": probe.get("cuda") or None,
         "skipped": None,
+        "deps_s": number(deps.get("seconds")) if deps and deps.get("state") not in ("skipped", "not_run") else None,
         "build_s": number(build.get("seconds")) if build and build.get("state") not in ("skipped", "not_run") else None,
         "tests": tests,
         "runs": runs,
+        "streams": streams,
         "plan_full_adamw_compute_bytes": plan_bytes,
         "plan_full_adamw_fits": fits,
         "errors": errors,
@@ -271,9 +342,10 @@ def summarize(out):
 
 
 def skipped_summary(why):
-    return {"gpu": None, "gpus": None, "torch": None, "cuda": None, "skipped": why, "build_s": None,
+    return {"gpu": None, "gpus": None, "torch": None, "cuda": None, "skipped": why, "deps_s": None, "build_s": None,
             "tests": {"passed": None, "failed": None, "skipped": None},
             "runs": {name: empty_run({"state": "skipped", "reason": why}) for name in RUNS},
+            "streams": {name: empty_stream_run({"state": "skipped", "reason": why}) for name in STREAM_RUNS},
             "plan_full_adamw_compute_bytes": None, "plan_full_adamw_fits": None, "errors": []}
 
 
@@ -289,6 +361,7 @@ def main(argv):
     except Exception as e:  # the caller still gets one JSON line, naming what broke here
         summary = skipped_summary(None)
         summary["runs"] = {name: empty_run(None) for name in RUNS}
+        summary["streams"] = {name: empty_stream_run(None) for name in STREAM_RUNS}
         summary["errors"] = [f"summary: {type(e).__name__}: {e}"]
     print(json.dumps(summary))
     return 1 if summary["errors"] else 0

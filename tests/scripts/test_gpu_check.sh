@@ -71,7 +71,7 @@ case_flags() {
   local b=$scratch/build
   run help bash "$script" --help
   expect_rc help 0
-  for flag in --build-dir --out --skip-build --build-all --steps --switch-every --data --nvme-dir --time-limit; do
+  for flag in --deps --build-dir --out --skip-build --build-all --steps --switch-every --data --nvme-dir --python --time-limit; do
     expect_text help out "$flag"
   done
   # name | arguments | what stderr must say
@@ -86,6 +86,7 @@ case_flags() {
     "few_steps|--steps 4 --switch-every 2|needs at least 5 steps"
     "value_on_switch|--skip-build=yes|--skip-build takes no value"
     "no_data|--data $scratch/none|--data $scratch/none: no tokens.h5"
+    "no_deps|--deps $scratch/none|--deps $scratch/none: no MANIFEST there"
   )
   local c name args want
   for c in "${cases[@]}"; do
@@ -126,7 +127,8 @@ EOF
     'j["skipped"] == "no GPU: nvidia-smi -L lists none (exit 6: No devices were found)"' 'j["errors"] == []' \
     'j["build_s"] is None' 'j["tests"] == {"passed": None, "failed": None, "skipped": None}' \
     'all(r["state"] == "skipped" and r["skipped"] == j["skipped"] for r in j["runs"].values())' \
-    'sorted(j["runs"]) == ["bcd_2rank", "bcd_host", "bcd_nvme"]'
+    'sorted(j["runs"]) == ["bcd_2rank", "bcd_7b"]' 'sorted(j["streams"]) == ["stream_host", "stream_nvme", "stream_off"]' \
+    'all(r["state"] == "skipped" for r in j["streams"].values())'
   expect_absent smi "$scratch/b1"
 
   # 2. nvidia-smi lists a GPU but torch sees none; --out gets gpu_check.json.
@@ -168,13 +170,13 @@ case_summary() {
   run passing python3 "$summarizer" "$scratch/passing"
   expect_rc passing 0
   json_check "$scratch/passing.out" 'j["errors"] == []' 'j["tests"] == {"passed": 5, "failed": 0, "skipped": 0}' \
-    'j["runs"]["bcd_host"]["tokens_per_s"] == 10000.0'
+    'j["runs"]["bcd_7b"]["tokens_per_s"] == 10000.0' 'j["streams"]["stream_nvme"]["losses_equal_to_off"] is True'
 
   # An out directory where nothing was recorded: every part is an error, none passes for ok.
   mkdir -p "$scratch/empty"
   run empty python3 "$summarizer" "$scratch/empty"
   expect_rc empty 1
-  json_check "$scratch/empty.out" 'len(j["errors"]) == 7' \
+  json_check "$scratch/empty.out" 'len(j["errors"]) == 10' \
     'all(e.endswith("no status recorded (the check stopped before this part)") for e in j["errors"])' \
     'all(r["state"] == "not_run" for r in j["runs"].values())'
 
