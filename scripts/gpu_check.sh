@@ -293,22 +293,14 @@ else
   command -v ninja > /dev/null || generator=()
   keep_going=(-k 0)
   ((${#generator[@]})) || keep_going=(-k)
+  configure=(cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBCD_CUDA=ON
+    -DBCD_REQUIRE_CUDA=ON "-DTorch_DIR=$torch_prefix/Torch" "-DBCD_CUDA_ARCHITECTURES=$cuda_arch"
+    "${BCD_DEPS_CMAKE_ARGS[@]}")
+  compile=(cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}" -- "${keep_going[@]}")
+  # One part, two commands: the configure's N words, then the build's.
   # shellcheck disable=SC2016  # expanded by the inner bash
-  run_part build 0 "$logs_dir/build.log" - bash -c '
-    set -ex
-    build=$1 torch_dir=$2 arch=$3 ngen=$4
-    shift 4
-    gen=("${@:1:ngen}")
-    shift "$ngen"
-    ndeps=$1
-    shift
-    deps=("${@:1:ndeps}")
-    shift "$ndeps"
-    cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBCD_CUDA=ON -DBCD_REQUIRE_CUDA=ON \
-      "-DTorch_DIR=$torch_dir" "-DBCD_CUDA_ARCHITECTURES=$arch" "${deps[@]}"
-    cmake --build "$build" -j "$(nproc)" "$@"' _ "$build_dir" "$torch_prefix/Torch" "$cuda_arch" \
-    "${#generator[@]}" "${generator[@]}" "${#BCD_DEPS_CMAKE_ARGS[@]}" "${BCD_DEPS_CMAKE_ARGS[@]}" \
-    "${targets[@]}" -- "${keep_going[@]}"
+  run_part build 0 "$logs_dir/build.log" - bash -c 'set -ex; n=$1; shift; "${@:1:n}"; shift "$n"; "$@"' _ \
+    "${#configure[@]}" "${configure[@]}" "${compile[@]}"
 fi
 have_bin=0
 [[ $(sed -n 's/^state=//p' "$status_dir/build") =~ ^(ok|skipped)$ && -x $bin ]] && have_bin=1
