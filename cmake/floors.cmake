@@ -5,21 +5,20 @@
 #
 #   runtime   trainer, BCD scheduler, optimizer glue, distributed, CLI
 #   model     Llama family, HF formats, weights files      memory   tiers, slab pool, planner, stager
-#   io        io_uring engine, extent store, checkpoints, datasets, tokenizer    kernels   AdamW, copy streams
+#   data      tokenizer, documents, chat templates, prepare, datasets, loader, the Batch
+#   io        io_uring engine, extent store, state files, checkpoints      kernels   AdamW, copy streams
 #   base      errors, config structs and loading, byte sizes, progress
-set(BCD_FLOORS base kernels io model memory runtime)
+# (model sees data for the Batch a step trains on; memory knows bytes and units, never data.)
+set(BCD_FLOORS base kernels io data model memory runtime)
 set(BCD_FLOOR_base_USES "")
 set(BCD_FLOOR_kernels_USES base)
 set(BCD_FLOOR_io_USES base)
-set(BCD_FLOOR_model_USES io kernels base)
+set(BCD_FLOOR_data_USES io base)
+set(BCD_FLOOR_model_USES data io kernels base)
 set(BCD_FLOOR_memory_USES io kernels base)
-set(BCD_FLOOR_runtime_USES memory model io kernels base)
+set(BCD_FLOOR_runtime_USES memory model data io kernels base)
 
-# Source folder of a floor: kernels/ sits at the top of the tree, the others under src/.
+# Source folder of a floor.
 function(bcd_floor_source_dir floor out)
-  if(floor STREQUAL "kernels")
-    set(${out} ${PROJECT_SOURCE_DIR}/kernels PARENT_SCOPE)
-  else()
-    set(${out} ${PROJECT_SOURCE_DIR}/src/${floor} PARENT_SCOPE)
-  endif()
+  set(${out} ${PROJECT_SOURCE_DIR}/src/${floor} PARENT_SCOPE)
 endfunction()

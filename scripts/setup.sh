@@ -14,7 +14,7 @@ PACKAGES=(
   libgloo-dev                       # Gloo's headers (the wheel has none): the CPU process group
   ninja-build                       # the generator of scripts/gpu_check.sh and its bare-machine test
   liburing-dev libtbb-dev libhdf5-dev libfmt-dev
-  libsentencepiece-dev              # tokenizer (loaded at run time, see src/io/tokenizer.cpp)
+  libsentencepiece-dev              # tokenizer (loaded at run time, see src/data/tokenizer.cpp)
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev           # libFuzzer build of the safetensors parser (scripts/fuzz.sh)

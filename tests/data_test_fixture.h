@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "io/dataset.h"
-#include "io/prepare.h"
+#include "data/dataset.h"
+#include "data/prepare.h"
 #include "test_util.h"
 
 namespace bcd::datatest {

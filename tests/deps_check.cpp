@@ -96,7 +96,7 @@ TEST(Deps, UringAndXxhash) {
 }
 
 TEST(Deps, SentencepieceLoadsAsTheTokenizerLoadsIt) {
-  // src/io/tokenizer.cpp dlopen()s these by soname, with the same flags.
+  // src/data/tokenizer.cpp dlopen()s these by soname, with the same flags.
   for (const char* name : {"libsentencepiece.so.0", "libsentencepiece_train.so.0"}) {
     void* h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     ASSERT_NE(h, nullptr) << name << ": " << ::dlerror();

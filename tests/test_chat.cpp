@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "base/error.h"
-#include "io/chat.h"
-#include "io/tokenizer.h"
+#include "data/chat.h"
+#include "data/tokenizer.h"
 #include "test_util.h"
 
 namespace bcd {

@@ -19,8 +19,8 @@
 
 #include "base/config.h"
 #include "base/error.h"
-#include "io/dataset.h"
-#include "io/prepare.h"
+#include "data/dataset.h"
+#include "data/prepare.h"
 #include "runtime/trainer.h"
 #include "test_util.h"
 

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "io/chat.h"
-#include "io/dataset.h"
-#include "io/prepare.h"
-#include "io/loader.h"
-#include "io/tokenizer.h"
+#include "data/chat.h"
+#include "data/dataset.h"
+#include "data/prepare.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
 #include "base/error.h"
 #include "data_test_fixture.h"
 #include "dataset_test_helpers.h"

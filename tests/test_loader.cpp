@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "io/dataset.h"
-#include "io/loader.h"
+#include "data/dataset.h"
+#include "data/loader.h"
 #include "base/error.h"
 #include "dataset_test_helpers.h"
 #include "test_util.h"

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "io/dataset.h"
-#include "io/prepare.h"
-#include "io/tokenizer.h"
+#include "data/dataset.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
 #include "base/error.h"
 #include "base/progress.h"
 #include "test_util.h"

@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "io/loader.h"
+#include "data/batch.h"
 #include "model/block.h"
 #include "base/config.h"
 

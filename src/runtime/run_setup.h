@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "base/config.h"
-#include "io/dataset.h"
-#include "io/loader.h"
-#include "io/tokenizer.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
 #include "memory/accounting.h"
 #include "memory/planner.h"
 #include "model/llama.h"

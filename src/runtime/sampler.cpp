@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "base/error.h"
-#include "io/dataset.h"
+#include "data/dataset.h"
 
 namespace bcd {
 

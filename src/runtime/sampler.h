@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "io/chat.h"
-#include "io/tokenizer.h"
+#include "data/chat.h"
+#include "data/tokenizer.h"
 #include "model/llama.h"
 
 namespace bcd {

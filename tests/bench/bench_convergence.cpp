@@ -13,8 +13,8 @@
 #include <filesystem>
 
 #include "bench_util.h"
-#include "io/dataset.h"
-#include "io/prepare.h"
+#include "data/dataset.h"
+#include "data/prepare.h"
 #include "base/config.h"
 #include "runtime/trainer.h"
 

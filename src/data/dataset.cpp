@@ -2,7 +2,7 @@
 // contiguous storage, doc_offsets' ends), after which windows of tokens and masks are read with
 // pread at the datasets' file offsets and their values checked as they arrive. The writer is
 // io/prepare.cpp.
-#include "io/dataset.h"
+#include "data/dataset.h"
 
 #include <H5Cpp.h>
 #include <endian.h>

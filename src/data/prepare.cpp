@@ -4,7 +4,7 @@
 // pipeline and appends tokens, document offsets and masks to raw files in the temporary output
 // directory, copied at the end into the contiguous datasets of tokens.h5 (whose sizes are known
 // only then) and renamed into place. Memory holds a bounded number of blocks, never the corpus.
-#include "io/prepare.h"
+#include "data/prepare.h"
 
 #include <H5Cpp.h>
 #include <fcntl.h>
@@ -26,10 +26,10 @@
 #include <string_view>
 #include <system_error>
 
-#include "io/chat.h"
-#include "io/documents.h"
+#include "data/chat.h"
+#include "data/documents.h"
 #include "io/h5_util.h"
-#include "io/tokenizer.h"
+#include "data/tokenizer.h"
 #include "base/bytes.h"
 #include "base/files.h"
 #include "base/error.h"

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace bcd {
 

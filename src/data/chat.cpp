@@ -1,6 +1,6 @@
 // Instruction records (JSONL), chat templates (plain, Llama 2, Llama 3, ChatML) and their
 // tokenization with response-only target masks.
-#include "io/chat.h"
+#include "data/chat.h"
 
 #include <fmt/format.h>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "io/chat.h"
+#include "data/chat.h"
 
 namespace bcd {
 

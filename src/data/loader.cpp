@@ -32,7 +32,7 @@
 //   p_0 + ... + p_i, in that dataset's own epochs (seeded by seed for i = 0, by (seed, i) after),
 //   so dataset 0 alone would see exactly the windows it sees in the mixture, in the same order.
 //   A plain dataset's windows count every target in a mixture whose batches carry a mask.
-#include "io/loader.h"
+#include "data/loader.h"
 
 #include <tbb/task_group.h>
 

@@ -1,6 +1,6 @@
 // The documents of prepare's inputs: a LineReader hands out a file's lines from 1 MiB reads, and
 // DocumentStream cuts them into documents by the file's format.
-#include "io/documents.h"
+#include "data/documents.h"
 
 #include <fcntl.h>
 #include <nlohmann/json.hpp>

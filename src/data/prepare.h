@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "io/dataset.h"
+#include "data/dataset.h"
 
 namespace bcd {
 

@@ -1,6 +1,6 @@
 // Tokenizer glue over sentencepiece: loading a model file and training a byte-fallback BPE
 // model from in-memory documents (Llama-style settings, so every UTF-8 string round-trips).
-#include "io/tokenizer.h"
+#include "data/tokenizer.h"
 
 #include <dlfcn.h>
 #include <sentencepiece_processor.h>

@@ -7,23 +7,10 @@
 #include <memory>
 #include <vector>
 
-#include "io/dataset.h"
+#include "data/batch.h"
+#include "data/dataset.h"
 
 namespace bcd {
-
-// One rank's rows of a step's global batch.
-// B = batch, T = seq_len.
-struct Batch {
-  torch::Tensor tokens;  // (B, T+1) int64: inputs tokens[:, :T], targets tokens[:, 1:]
-  // (B, T) float32, 1 where the target counts in the loss (instruction data: response tokens),
-  // 0 where it does not; undefined when every target counts (plain text).
-  torch::Tensor mask;
-  // What the loss divides its sum over counted targets by: the counted targets of the whole
-  // global batch (all ranks' rows) over the number of ranks, so the ranks' mean of their losses
-  // is the global batch's mean per counted target. B * T without a mask; 0 when no target of
-  // the global batch counts (the loss is then 0).
-  double divisor = 0;
-};
 
 // One dataset of a mixture and its share of the windows (weights need not sum to 1).
 struct DataSource {
