@@ -1,0 +1,52 @@
+// The command line's pieces: each subcommand adds itself to the CLI11 app (its flags bound to
+// state it owns) and returns what runs it once parsed. main.cpp only dispatches.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace bcd::cli {
+
+// --section.key=value words taken off the command line before CLI11 parses the rest.
+using Overrides = std::vector<std::string>;
+
+struct Command {
+  CLI::App* sub = nullptr;                          // the subcommand in the app
+  std::function<int(const Overrides&)> run;         // its exit code
+  bool takes_overrides = false;                     // train, config and plan read a config
+};
+
+// CLI11's range checks let "nan" and "inf" through: every floating-point flag takes this too.
+inline const CLI::Validator kFinite(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double x = std::strtod(text.c_str(), &end);
+      return std::isfinite(x) ? std::string() : "expected a finite number, got " + text;
+    },
+    "FINITE");
+
+// train_commands.cpp: train (a fresh run, --resume and its rules, --resume auto) and config.
+Command add_train(CLI::App& app);
+Command add_config(CLI::App& app);
+// plan_command.cpp: the memory plan of a run.
+Command add_plan(CLI::App& app);
+// data_commands.cpp: prepare; iobench (the drive under the NVMe tier).
+Command add_prepare(CLI::App& app);
+Command add_iobench(CLI::App& app);
+// model_commands.cpp: generate and eval on a trained run or a checkpoint; import and export
+// (Hugging Face).
+Command add_generate(CLI::App& app);
+Command add_eval(CLI::App& app);
+Command add_import(CLI::App& app);
+Command add_export(CLI::App& app);
+// launch_command.cpp: launch runs a whole bcdtrain command line as N ranks, so it is parsed
+// before the app (run_launch); add_launch lists it in --help.
+void add_launch(CLI::App& app);
+int run_launch(int argc, char** argv);
+
+}  // namespace bcd::cli

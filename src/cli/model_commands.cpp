@@ -1,0 +1,224 @@
+// The commands on a trained model: generate and eval (a run's finished model or a checkpoint),
+// import and export (Hugging Face directories).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/files.h"
+#include "cli/command.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "io/checkpoint.h"
+#include "memory/planner.h"
+#include "model/hf_export.h"
+#include "model/hf_import.h"
+#include "model/hf_weights.h"
+#include "model/llama.h"
+#include "model/weights.h"
+#include "runtime/run_setup.h"
+#include "runtime/sampler.h"
+#include "runtime/trainer.h"
+
+namespace bcd::cli {
+namespace {
+
+// What eval and generate run on: a run directory's finished model (--run DIR: model.h5 and the
+// tokenizer.model beside it) or a checkpoint's weights (--checkpoint FILE: a step-N.h5, or any
+// weights file, with the tokenizer of its run directory or beside it).
+struct TrainedModel {
+  Config cfg;                  // the config stored with the weights
+  std::string weights, tokenizer;
+};
+
+TrainedModel trained_model(const char* command, const std::string& run_dir, const std::string& checkpoint) {
+  if (run_dir.empty() == checkpoint.empty())
+    user_error("{}: give --run DIR (its finished model) or --checkpoint FILE (one checkpoint), one of them", command);
+  TrainedModel m;
+  if (!run_dir.empty()) {
+    m.weights = run_dir + "/model.h5", m.tokenizer = run_dir + "/tokenizer.model";
+  } else {
+    m.weights = checkpoint;
+    if (const std::string of = checkpoint_of_slice(checkpoint); !of.empty())
+      user_error("{}: --checkpoint {}: one rank's slice of the checkpoint {}; give the checkpoint file itself", command,
+                 checkpoint, of);
+    m.tokenizer = init_from_tokenizer(checkpoint);
+    if (m.tokenizer.empty())
+      user_error("{}: --checkpoint {}: no tokenizer.model beside it or in its run directory", command, checkpoint);
+  }
+  apply_config_text(m.cfg, read_weights_config(m.weights), m.weights);
+  return m;
+}
+
+// The weights as an fp32 model (whatever the run trained in).
+LlamaModel load_trained_model(const TrainedModel& m) {
+  configure_threads(m.cfg.train.threads);
+  LlamaModel model(m.cfg.model, torch::kFloat32, std::nullopt);  // the weights are read next
+  load_weights(model, m.weights);
+  return model;
+}
+
+}  // namespace
+
+Command add_generate(CLI::App& app) {
+  struct Flags {
+    std::string run_dir, from_checkpoint, chat;
+    std::vector<std::string> prompts;
+    SampleOptions so;
+    uint64_t seed = 1;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* generate = app.add_subcommand("generate", "sample text from a trained run or a checkpoint");
+  generate->add_option("--run", f->run_dir, "run directory (holds model.h5 and tokenizer.model)");
+  generate->add_option("--checkpoint", f->from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run");
+  generate->add_option("--prompt", f->prompts, "prompt text (repeatable)");
+  generate->add_option("--max-new-tokens", f->so.max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  generate->add_option("--temperature", f->so.temperature, "sampling temperature; 0 = greedy")
+      ->check(kFinite)
+      ->check(CLI::NonNegativeNumber);
+  generate->add_option("--top-k", f->so.top_k, "keep the k most likely tokens; 0 = off")->check(CLI::NonNegativeNumber);
+  generate->add_option("--top-p", f->so.top_p, "nucleus mass; 1 = off")->check(kFinite)->check(CLI::Range(1e-6, 1.0));
+  generate->add_option("--seed", f->seed, "sampling seed");
+  generate->add_option("--chat-template", f->chat,
+                       "prompts are user turns laid out by this template (plain, llama2, llama3, chatml; none = text to "
+                       "continue); default: the run's [sample] chat_template");
+  auto run = [f](const Overrides&) {
+    const TrainedModel m = trained_model("generate", f->run_dir, f->from_checkpoint);
+    const Config& cfg = m.cfg;
+    LlamaModel model = load_trained_model(m);
+    Tokenizer tok = Tokenizer::load(m.tokenizer);
+    if (tok.vocab_size() > cfg.model.vocab_size)
+      user_error("generate: {} has {} pieces, more than the model's vocab_size {}", m.tokenizer, tok.vocab_size(),
+                 cfg.model.vocab_size);
+    std::vector<std::string> prompts = f->prompts;
+    if (prompts.empty()) prompts = cfg.sample.prompts;
+    if (prompts.empty()) user_error("generate: no --prompt given and the run's [sample] prompts are empty");
+    const std::optional<ChatTemplate> chat =
+        sample_chat_template(f->chat.empty() ? cfg.sample.chat_template : f->chat, cfg.data.first());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      fmt::print("--- sample {} ---\n{}\n", i + 1,
+                 chat ? generate_chat(model, tok, *chat, prompts[i], f->so, f->seed + i)
+                      : generate_text(model, tok, prompts[i], f->so, f->seed + i));
+      std::fflush(stdout);
+    }
+    return 0;
+  };
+  return {generate, run, false};
+}
+
+Command add_eval(CLI::App& app) {
+  struct Flags {
+    std::string run_dir, from_checkpoint, data_dir;
+    int64_t batches = 1 << 30, batch_size = 0, seq_len = 0;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* eval = app.add_subcommand("eval", "validation loss and perplexity of a trained run or a checkpoint");
+  eval->add_option("--run", f->run_dir, "run directory (its finished model.h5)");
+  eval->add_option("--checkpoint", f->from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run");
+  eval->add_option("--data", f->data_dir, "dataset directory (default: the run's [data] path)");
+  eval->add_option("--batches", f->batches, "at most this many batches (default: the whole split)")
+      ->check(CLI::PositiveNumber);
+  eval->add_option("--batch-size", f->batch_size, "sequences per batch (default: the run's)")
+      ->check(CLI::PositiveNumber);
+  eval->add_option("--seq-len", f->seq_len,
+                   "tokens per sequence (default: the run's seq_len; an imported model's is a default, so give it)")
+      ->check(CLI::PositiveNumber);
+  auto run = [f](const Overrides&) {
+    const TrainedModel m = trained_model("eval", f->run_dir, f->from_checkpoint);
+    const Config& cfg = m.cfg;
+    LlamaModel model = load_trained_model(m);
+    TokenDataset ds = TokenDataset::open(f->data_dir.empty() ? cfg.data.first() : f->data_dir);
+    // A loss on tokens of another tokenizer means nothing: the dataset must use the run's.
+    const std::string& run_tok = m.tokenizer;
+    if (read_file(ds.tokenizer_path(), "tokenizer") != read_file(run_tok, "tokenizer"))
+      user_error("eval: {} was tokenized with {}, not with the run's {}: its loss would mean nothing "
+                 "(prepare it with --tokenizer {})",
+                 ds.dir(), ds.tokenizer_path(), run_tok, run_tok);
+    if (ds.vocab_size() > cfg.model.vocab_size)
+      user_error("eval: {} has vocab_size {}, more than the model's {}", ds.dir(), ds.vocab_size(),
+                 cfg.model.vocab_size);
+    const int64_t bs = f->batch_size > 0 ? f->batch_size : cfg.train.batch_size;
+    const int64_t seq = f->seq_len > 0 ? f->seq_len : cfg.train.seq_len;
+    if (seq > cfg.model.max_seq_len)
+      user_error("eval: sequences of {} tokens{} are longer than the model's max_seq_len {}: give --seq-len {} or less", seq,
+                 f->seq_len > 0 ? "" : " (the run's train.seq_len)", cfg.model.max_seq_len, cfg.model.max_seq_len);
+    // Forward only: one layer's transients and the logits at a time (the planner's estimate).
+    TrainConfig at_bs = cfg.train;
+    at_bs.batch_size = bs;
+    at_bs.seq_len = seq;
+    UnitShape top;
+    top.first_layer = static_cast<int>(cfg.model.n_layers) - 1;
+    const uint64_t need = estimate_activation_bytes(cfg.model, at_bs, top), avail = meminfo_bytes("MemAvailable");
+    if (need > avail)
+      user_error("eval: a batch of {} sequences of {} tokens needs about {} of activations, {} of memory is "
+                 "available: give a smaller --batch-size",
+                 bs, seq, format_bytes(need), format_bytes(avail));
+    const double loss = evaluate_val_loss(model, ds, bs, seq, f->batches);
+    fmt::print("{{\"val_loss\": {:.6f}, \"perplexity\": {:.4f}, \"unigram_val_loss\": {:.6f}}}\n", loss,
+               std::exp(loss), ds.unigram_val_loss());
+    return 0;
+  };
+  return {eval, run, false};
+}
+
+Command add_import(CLI::App& app) {
+  struct Flags {
+    std::string hf_dir, out;
+    bool force = false;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* import_cmd = app.add_subcommand("import", "convert a Hugging Face model directory (config.json + safetensors) into a weights file");
+  import_cmd->add_option("--hf", f->hf_dir, "HF model directory (llama, mistral, qwen2)")->required();
+  import_cmd->add_option("--out", f->out, "weights file to write (e.g. runs/llama/model.h5)")->required();
+  import_cmd->add_flag("--force", f->force, "replace an existing --out file");
+  auto run = [f](const Overrides&) {
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::symlink_status(f->out, ec)) && !f->force)
+      user_error("{}: already exists (pass --force to replace it)", f->out);
+    const HfImportSummary s = import_hf_to_file(f->hf_dir, f->out);
+    fmt::print("imported {} ({}, {} parameters, {}, {} safetensors file{}) into {}\n", f->hf_dir, s.model_type,
+               s.n_params, s.info.dtype, s.info.files.size(), s.info.files.size() == 1 ? "" : "s", f->out);
+    if (s.tokenizer.empty())
+      fmt::print("no tokenizer.model in {}: give `prepare` a sentencepiece tokenizer that matches the model\n", f->hf_dir);
+    else
+      fmt::print("copied tokenizer.model to {}\n", s.tokenizer);
+    return 0;
+  };
+  return {import_cmd, run, false};
+}
+
+Command add_export(CLI::App& app) {
+  struct Flags {
+    HfExportOptions xopt;
+    std::string shard_size = "5GB";
+  };
+  auto f = std::make_shared<Flags>();
+  auto* export_cmd = app.add_subcommand("export", "write a weights file or checkpoint as a Hugging Face model directory");
+  export_cmd->add_option("--checkpoint", f->xopt.checkpoint, "weights file or checkpoint (.h5), e.g. RUN_DIR/model.h5")->required();
+  export_cmd->add_option("--hf", f->xopt.out_dir, "output directory (created; an existing one must be empty or a previous export)")
+      ->required();
+  export_cmd->add_option("--dtype", f->xopt.dtype, "bf16, fp16 or fp32 (default: the dtype it was imported in, else bf16)");
+  export_cmd->add_option("--shard-size", f->shard_size, "largest safetensors file before sharding (units: 5GB, 2GiB)");
+  auto run = [f](const Overrides&) {
+    HfExportOptions& xopt = f->xopt;
+    xopt.shard_bytes = parse_bytes(f->shard_size);
+    if (xopt.shard_bytes == 0) user_error("--shard-size: expected a positive size, got \"{}\"", f->shard_size);
+    if (!xopt.dtype.empty()) parse_short_dtype(xopt.dtype, "--dtype");
+    const HfExportReport r = export_hf(xopt);
+    fmt::print("exported {} as {} ({}, {:.3f} GB of tensors) to {}:\n", xopt.checkpoint, r.model_type, r.dtype,
+               static_cast<double>(r.tensor_bytes) / 1e9, xopt.out_dir);
+    for (const auto& file : r.files) fmt::print("  {}\n", file);
+    return 0;
+  };
+  return {export_cmd, run, false};
+}
+
+}  // namespace bcd::cli
