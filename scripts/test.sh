@@ -11,6 +11,6 @@ if [[ $# -eq 0 ]]; then
 fi
 cd build
 # Tests that need a GPU are labelled `gpu`; without one they skip with the reason. As many tests
-# at once as cores (BCD_TEST_JOBS): no test asserts on time, and the suite takes ~12 minutes on 2
+# at once as cores (BCD_TEST_JOBS): no test asserts on time, and the suite takes ~10 minutes on 2
 # cores instead of ~20.
 ctest --output-on-failure --timeout 1200 -j "${BCD_TEST_JOBS:-$(nproc)}" "$@"
