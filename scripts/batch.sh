@@ -2,10 +2,12 @@
 # Runs a queue of training runs one after another (`bcdtrain train --resume auto` each, in its own
 # run directory), resumes interrupted ones and skips finished ones on the next call, and writes
 # batch-summary.md / .jsonl. Queue lines, run names and the summary: scripts/batch_queue.py.
-set -uo pipefail
+set -euo pipefail
 export LC_ALL=C  # decimal points in $EPOCHREALTIME
 repo=$(cd "$(dirname "$0")/.." && pwd)
 helper=$repo/scripts/batch_queue.py
+# shellcheck source=scripts/lib.sh
+source "$repo/scripts/lib.sh"
 
 usage() {
   cat <<'EOF'
@@ -25,30 +27,11 @@ checkpoints and stops, and so does the queue (call again to resume). Exit status
 finished or was skipped, 1 some run failed, 2 bad arguments, 128+signal interrupted.
 EOF
 }
-usage_error() {
-  echo "batch: $1 (see scripts/batch.sh --help)" >&2
-  exit 2
-}
-say() { echo "batch: $*" >&2; }
 
 # ---- Arguments ----
 runs_dir=runs
-inputs=()
-while (($#)); do
-  case $1 in
-    -h | --help) usage; exit 0 ;;
-    --runs=*) runs_dir=${1#--runs=} ;;
-    --runs)
-      (($# >= 2)) || usage_error "--runs needs a value"
-      runs_dir=$2
-      shift ;;
-    --) shift; inputs+=("$@"); break ;;
-    -*) usage_error "unknown flag '${1%%=*}'" ;;
-    *) inputs+=("$1") ;;
-  esac
-  shift
-done
-[[ -n $runs_dir ]] || usage_error "--runs needs a value"
+parse_flags "--runs=runs_dir" "$@"
+inputs=("${args[@]}")
 ((${#inputs[@]})) || usage_error "no queue file or config given"
 if [[ ${inputs[0]} == *.toml ]]; then
   for c in "${inputs[@]}"; do
@@ -60,9 +43,9 @@ else
   [[ -f ${inputs[0]} ]] || usage_error "queue file '${inputs[0]}' not found"
   source_args=(--queue "${inputs[0]}")
 fi
-command -v python3 > /dev/null || { say "python3 not found (scripts/setup.sh installs it)"; exit 2; }
+command -v python3 > /dev/null || die "python3 not found (scripts/setup.sh installs it)"
 bin=${BCDTRAIN:-$repo/build/bcdtrain}
-[[ -x $bin ]] || { say "no trainer at $bin (build it, or set BCDTRAIN)"; exit 2; }
+[[ -x $bin ]] || die "no trainer at $bin (build it, or set BCDTRAIN)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -77,7 +60,7 @@ signal="" signals=0 pid=""
 on_signal() {
   signal=$1
   signals=$((signals + 1))
-  [[ -n $pid ]] && kill -s "$1" "$pid" 2> /dev/null
+  [[ -z $pid ]] || kill -s "$1" "$pid" 2> /dev/null || true  # it may have ended
 }
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
@@ -107,13 +90,12 @@ run_one() {
   set +m
   local rc seen
   while :; do
-    seen=$signals
-    wait "$pid"
-    rc=$?
-    ((signals == seen)) && break  # else wait was cut short by a signal: wait again
+    seen=$signals rc=0
+    wait "$pid" || rc=$?
+    ((signals != seen)) || break  # else wait was cut short by a signal: wait again
   done
   pid=""
-  while kill -0 "$tee_pid" 2> /dev/null; do wait "$tee_pid"; done
+  while kill -0 "$tee_pid" 2> /dev/null; do wait "$tee_pid" || true; done
   rm -f "$fifo"
   printf '%s\t%s\t%s\t%s\n' "$index" "$rc" "$(awk "BEGIN { print $EPOCHREALTIME - $start }")" "$offset" \
     >> "$work/results"

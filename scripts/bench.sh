@@ -1,43 +1,62 @@
 #!/usr/bin/env bash
 # Builds and runs one named benchmark; its last stdout line is one JSON record.
-# Usage: scripts/bench.sh NAME [ARGS...]   (extra ARGS go to the benchmark program)
+# Usage: scripts/bench.sh NAME [FLAGS...]   (FLAGS go to the benchmark)
 # Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing),
 # BCD_JOBS parallel build jobs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 usage() {
-  echo "usage: scripts/bench.sh NAME [ARGS...]" >&2
-  echo "  NAME: adamw-kernel  fused CPU AdamW vs torch::optim::AdamW vs memcpy" >&2
-  echo "        bcd-step      BCD step time over a block-epoch vs full AdamW (12 layers)" >&2
-  echo "        convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens" >&2
-  echo "        finetune      LIMA instruction fine-tuning from a pretrained base: BCD keep / reset vs AdamW" >&2
-  echo "        io            fio vs bcdtrain iobench (io_uring and thread engines)" >&2
-  echo "        prepare       bcdtrain prepare tokens/s (every core) vs spm_encode, and peak RSS" >&2
-  echo "        data-memory   peak RSS of prepare and train on a 100 MiB vs a 2 GiB corpus" >&2
-  echo "        staging       BCD step time with master + moments on NVMe vs in host memory" >&2
-  echo "        streaming     BCD step time with frozen layers' weights streamed from host memory vs resident" >&2
-  echo "        comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)" >&2
-  echo "        dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency" >&2
-  echo "        memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)" >&2
-  exit 2
+  cat <<'EOF_USAGE'
+usage: scripts/bench.sh NAME [FLAGS...]
+  NAME: adamw-kernel  fused CPU AdamW vs torch::optim::AdamW vs memcpy
+        bcd-step      BCD step time over a block-epoch vs full AdamW (12 layers)
+        convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens
+        finetune      LIMA instruction fine-tuning from a pretrained base: BCD keep / reset vs AdamW
+        io            fio vs bcdtrain iobench (io_uring and thread engines)
+        prepare       bcdtrain prepare tokens/s (every core) vs spm_encode, and peak RSS
+        data-memory   peak RSS of prepare and train on a 100 MiB vs a 2 GiB corpus
+        staging       BCD step time with master + moments on NVMe vs in host memory
+        streaming     BCD step time with frozen layers' weights streamed from host memory vs resident
+        comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)
+        dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency
+        memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)
+  FLAGS go to the benchmark: io, prepare, data-memory and streaming are scripts/bench_*.sh, whose
+  flags (scripts/bench.sh NAME --help) are checked before the build; the others are programs in
+  tests/bench (their settings: BENCH_* variables, see each program's opening comment).
+Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing), BCD_JOBS
+parallel build jobs.
+EOF_USAGE
 }
-[[ $# -ge 1 ]] || usage
+(($#)) || usage_error "no benchmark NAME given"
+case $1 in
+  -h | --help) usage; exit 0 ;;
+  -*) usage_error "unknown flag '${1%%=*}'" ;;
+esac
 name=$1
 shift
 
-# One line per benchmark: its CMake target and the program's path inside the build directory.
+# One line per benchmark: its CMake target and the program's path inside the build directory, or
+# the script that runs it.
+script=""
 case "$name" in
   adamw-kernel) target=bench_adamw; program=tests/bench_adamw ;;
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
   finetune) target=bench_finetune; program=tests/bench_finetune ;;
-  io | prepare | data-memory | streaming) target=bcdtrain; program="" ;;
+  io | prepare | data-memory | streaming) target=bcdtrain; script=scripts/bench_${name//-/_}.sh ;;
   staging) target=bench_staging; program=tests/bench_staging ;;
   memory) target=bench_memory; program=tests/bench_memory ;;
   comm | dp) target=bench_dp; program="tests/bench_dp $name" ;;
-  *) echo "scripts/bench.sh: unknown benchmark '$name'" >&2; usage ;;
+  *) usage_error "unknown benchmark '$name'" ;;
 esac
+if [[ -n $script ]]; then
+  # The script's --help and flag errors come before the build.
+  for a in "$@"; do [[ $a != -h && $a != --help ]] || exec "$script" --help; done
+  BCD_FLAGS_CHECK=1 "$script" "$@"
+fi
 
 build=${BCD_BUILD_DIR:-build}
 jobs=${BCD_JOBS:-$(nproc)}
@@ -55,10 +74,6 @@ fi
 # Every core for both thread pools (the programs default to all of them); libgomp, LibTorch's
 # OpenMP, otherwise spins idle threads and steals those cores from TBB.
 export OMP_WAIT_POLICY=PASSIVE
-case "$name" in
-  io) BCD_IOBENCH="$build/bcdtrain iobench" exec scripts/bench_io.sh "$@" ;;
-  prepare) BCD_BUILD_DIR=$build exec scripts/bench_prepare.sh "$@" ;;
-  data-memory) BCD_BUILD_DIR=$build exec scripts/bench_data_memory.sh "$@" ;;
-  streaming) BCD_BUILD_DIR=$build exec scripts/bench_streaming.sh "$@" ;;
-esac
+[[ -z $script ]] || BCD_BUILD_DIR=$build exec "$script" "$@"
+# shellcheck disable=SC2086  # program holds the path and, for comm and dp, the mode
 exec $build/$program "$@"

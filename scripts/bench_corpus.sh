@@ -1,13 +1,13 @@
-# Sourced by scripts/bench_prepare.sh and scripts/bench_data_memory.sh: their checks, the demo
-# tokenizer and the generated corpora (the fortune files' records, repeated with a tag line per
-# round: real text, any size).
+# shellcheck shell=bash
+# Sourced by scripts/bench_prepare.sh, bench_data_memory.sh and bench_streaming.sh (after
+# scripts/lib.sh): their checks, the demo tokenizer and the generated corpora (the fortune files'
+# records, repeated with a tag line per round: real text, any size).
 
-# bench_require NAME BCDTRAIN: exits 2 naming what is missing (scripts/setup.sh installs it all).
+# bench_require BCDTRAIN: exits 2 naming what is missing (scripts/setup.sh installs it all).
 bench_require() {
-  [[ -x $2 ]] || { echo "$1: $2 not found: build first (scripts/setup.sh)" >&2; exit 2; }
-  [[ -x /usr/bin/time ]] || { echo "$1: /usr/bin/time not found (scripts/setup.sh installs time)" >&2; exit 2; }
-  [[ -d /usr/share/games/fortunes ]] ||
-    { echo "$1: /usr/share/games/fortunes missing (scripts/setup.sh installs fortunes)" >&2; exit 2; }
+  [[ -x $1 ]] || die "$1 not found: build first (scripts/setup.sh)"
+  [[ -x /usr/bin/time ]] || die "/usr/bin/time not found (scripts/setup.sh installs time)"
+  [[ -d /usr/share/games/fortunes ]] || die "/usr/share/games/fortunes missing (scripts/setup.sh installs fortunes)"
 }
 
 # demo_tokenizer BCDTRAIN DIR: the demo's BPE tokenizer (vocabulary 2048) in DIR/demo; prints its path.

@@ -6,18 +6,34 @@
 # writing tokens.h5; spm_encode: reading and writing ids). ratio = median over rounds of
 # prepare's tokens/s / spm_encode's (goal >= 1 on two cores). Peak RSS of both, from GNU time.
 # Last line: one JSON object.
-# Environment: BCD_BENCH_MIB (text size, default 32), BCD_BENCH_ROUNDS (3), BCD_BUILD_DIR (build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
-mib=${BCD_BENCH_MIB:-32}
-rounds=${BCD_BENCH_ROUNDS:-3}
-build=${BCD_BUILD_DIR:-build}
-bcd=$build/bcdtrain
+usage() {
+  cat <<'EOF_USAGE'
+usage: scripts/bench_prepare.sh [--mib N] [--rounds N]
+       scripts/bench.sh prepare [FLAGS...]   (builds bcdtrain first)
+  --mib N       MiB of text to tokenize (default 32)                 [$BCD_BENCH_MIB]
+  --rounds N    rounds, each running both sides (default 3)          [$BCD_BENCH_ROUNDS]
+  -h, --help    this text
+A variable in brackets is the flag's default when set; the flag wins. The trainer is
+BCD_BUILD_DIR/bcdtrain (BCD_BUILD_DIR default build).
+EOF_USAGE
+}
+mib=${BCD_BENCH_MIB:-32} rounds=${BCD_BENCH_ROUNDS:-3}
+parse_flags "--mib=mib --rounds=rounds" "$@"
+no_args
+check_int --mib "$mib"
+check_int --rounds "$rounds"
+flags_checked
+
+bcd=${BCD_BUILD_DIR:-build}/bcdtrain
 # shellcheck source=scripts/bench_corpus.sh
 source scripts/bench_corpus.sh
-bench_require bench_prepare "$bcd"
-command -v spm_encode > /dev/null || { echo "bench_prepare: spm_encode not found (scripts/setup.sh installs sentencepiece)" >&2; exit 2; }
+bench_require "$bcd"
+command -v spm_encode > /dev/null || die "spm_encode not found (scripts/setup.sh installs sentencepiece)"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/bcd-bench-prepare.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -26,7 +42,7 @@ trap 'rm -rf "$dir"' EXIT
 model=$(demo_tokenizer "$bcd" "$dir")
 make_corpus "$dir/text.txt" "$mib"
 bytes=$(stat -c %s "$dir/text.txt")
-echo "bench_prepare: $((bytes >> 20)) MiB of text, $(nproc) cores, $rounds rounds" >&2
+say "$((bytes >> 20)) MiB of text, $(nproc) cores, $rounds rounds"
 
 # Wall seconds and peak RSS (KiB) of a command, through GNU time.
 timed() {
@@ -58,8 +74,8 @@ for ((r = 0; r < rounds; r++)); do
   ratio=$(awk -v a="$brate" -v b="$srate" 'BEGIN{printf "%.4f", a / b}')
   echo "round $((r + 1)): prepare ${bt}s ${btok} tokens ${brate} tokens/s ${bm} KiB | spm_encode ${st}s ${stok} tokens ${srate} tokens/s ${sm} KiB | ratio $ratio" >&2
   ratios+=("$ratio") bcd_rates+=("$brate") spm_rates+=("$srate")
-  ((bm > bcd_rss)) && bcd_rss=$bm
-  ((sm > spm_rss)) && spm_rss=$sm
+  ((bm <= bcd_rss)) || bcd_rss=$bm
+  ((sm <= spm_rss)) || spm_rss=$sm
 done
 
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }

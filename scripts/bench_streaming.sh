@@ -6,18 +6,37 @@
 # first alternating; a side's step time is the median of its steps after the first visit (the
 # record-to-record time in metrics.jsonl); `ratio` is the median of the rounds' streamed /
 # resident ratios. Both sides' losses must agree bitwise.
-# Environment: BCD_BUILD_DIR (default build), BENCH_ROUNDS (5), BENCH_STEPS (40), BENCH_LAYERS (12).
 # Last line: one JSON object.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BCD_BUILD_DIR:-build}
-bcd=$build/bcdtrain
-rounds=${BENCH_ROUNDS:-5}
-steps=${BENCH_STEPS:-40}
-layers=${BENCH_LAYERS:-12}
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+
+usage() {
+  cat <<'EOF_USAGE'
+usage: scripts/bench_streaming.sh [--rounds N] [--steps N] [--layers N]
+       scripts/bench.sh streaming [FLAGS...]   (builds bcdtrain first)
+  --rounds N    paired rounds (default 5)                             [$BENCH_ROUNDS]
+  --steps N     steps a side and round (default 40), at least 7: the  [$BENCH_STEPS]
+                first visit (5 steps) and the step after it are not timed
+  --layers N    decoder layers of the model (default 12)              [$BENCH_LAYERS]
+  -h, --help    this text
+A variable in brackets is the flag's default when set (the names tests/bench's programs read);
+the flag wins. The trainer is BCD_BUILD_DIR/bcdtrain (BCD_BUILD_DIR default build).
+EOF_USAGE
+}
+rounds=${BENCH_ROUNDS:-5} steps=${BENCH_STEPS:-40} layers=${BENCH_LAYERS:-12}
+parse_flags "--rounds=rounds --steps=steps --layers=layers" "$@"
+no_args
+check_int --rounds "$rounds"
+check_int --steps "$steps" 7
+check_int --layers "$layers"
+flags_checked
+
+bcd=${BCD_BUILD_DIR:-build}/bcdtrain
 # shellcheck source=scripts/bench_corpus.sh
 source scripts/bench_corpus.sh
-bench_require bench_streaming "$bcd"
+bench_require "$bcd"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/bcd-bench-streaming.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -4,11 +4,11 @@
 # headers bcdtrain builds against, pkg-config and the fortunes the check trains on. LibTorch,
 # CUDA and NCCL are not among them: the machine's pip torch brings those.
 #
-#   scripts/gpu_deps.sh [DIR]
+# usage: scripts/gpu_deps.sh [DIR]
 #       on a Debian 12 machine with its package archive (no root needed): downloads the .deb
 #       files into DIR (default gpu-deps/ in the repository, ignored by git), about 16 MB, and
 #       writes DIR/MANIFEST (package, version, kind, bytes, sha256 of each file).
-#   scripts/gpu_deps.sh --unpack DIR PREFIX
+#        scripts/gpu_deps.sh --unpack DIR PREFIX
 #       on the GPU machine (scripts/gpu_check.sh --deps DIR calls it): checks the files against
 #       DIR/MANIFEST, unpacks them under PREFIX (never /) and writes PREFIX/env.sh, which sets
 #       CMake's, pkg-config's and the loader's paths to the prefix (see there).
@@ -17,6 +17,9 @@
 # loader is pointed at a support library only when the machine has no library of that soname.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$repo/scripts/lib.sh"
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 BUILD_PACKAGES=(
   libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5   # TBB's CMake files name all three
@@ -40,8 +43,6 @@ SUPPORT_PACKAGES=(
   libsasl2-modules-db libdb5.3 libzstd1 libbrotli1 libunistring2 libgnutls30 libhogweed6 libnettle8
   libp11-kit0 libtasn1-6 libgmp10 libffi8 libhwloc15 libudev1
 )
-
-die() { echo "gpu_deps: $*" >&2; exit 2; }
 
 download() {
   local dir=$1
@@ -68,8 +69,9 @@ download() {
   : > "$manifest"
   for entry in "${BUILD_PACKAGES[@]/#/build:}" "${SUPPORT_PACKAGES[@]/#/support:}"; do
     kind=${entry%%:*} p=${entry#*:}
-    f=$(cd "$stage" && ls "${p}"_*.deb 2> /dev/null | head -n 1)
-    [[ -n $f ]] || die "apt-get download left no file for $p"
+    for f in "$stage/$p"_*.deb; do break; done
+    [[ -f $f ]] || die "apt-get download left no file for $p"
+    f=${f##*/}
     printf '%s %s %s %s %s %s\n' "$p" "$(dpkg-deb -f "$stage/$f" Version)" "$kind" \
       "$(stat -c %s "$stage/$f")" "$(sha256sum "$stage/$f" | cut -d' ' -f1)" "$f" >> "$manifest"
   done
@@ -109,8 +111,8 @@ unpack() {
   mkdir -p "$prefix"
   rm -rf "$prefix/build" "$prefix/support" "$prefix/fallback-lib" "$prefix/env.sh"
   mkdir -p "$prefix/build" "$prefix/support" "$prefix/fallback-lib"
-  local p version kind bytes sum file n=0
-  while read -r p version kind bytes sum file; do
+  local p kind bytes sum file n=0
+  while read -r p _ kind bytes sum file; do
     [[ -f $dir/$file ]] || die "$dir/$file ($p) is missing"
     [[ $(sha256sum "$dir/$file" | cut -d' ' -f1) == "$sum" ]] || die "$dir/$file: checksum differs from MANIFEST"
     extract_deb "$dir/$file" "$prefix/$kind"
@@ -127,7 +129,7 @@ unpack() {
   # prefix's own library folder.
   local have so linked=()
   have=$( (ldconfig -p 2> /dev/null || /sbin/ldconfig -p 2> /dev/null || true) | awk '{ print $1 }' | sort -u)
-  for so in "$prefix"/support/usr/lib/$arch/lib*.so.* "$prefix"/support/lib/$arch/lib*.so.*; do
+  for so in "$prefix/support/usr/lib/$arch"/lib*.so.* "$prefix/support/lib/$arch"/lib*.so.*; do
     [[ -e $so ]] || continue
     local name
     name=$(basename "$so")
@@ -160,13 +162,12 @@ EOF
   echo "gpu_deps: unpacked $n packages into $prefix; support libraries taken from them: ${linked[*]:-none}"
 }
 
-case ${1:-} in
-  -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  --unpack)
-    (($# == 3)) || die "usage: scripts/gpu_deps.sh --unpack DIR PREFIX"
-    unpack "$2" "$3" ;;
-  -*) die "unknown flag '$1' (see scripts/gpu_deps.sh --help)" ;;
-  *)
-    (($# <= 1)) || die "usage: scripts/gpu_deps.sh [DIR]"
-    download "${1:-$repo/gpu-deps}" ;;
-esac
+unpack_mode=0
+parse_flags "--unpack:unpack_mode" "$@"
+if ((unpack_mode)); then
+  ((${#args[@]} == 2)) || usage_error "--unpack takes DIR and PREFIX"
+  unpack "${args[@]}"
+else
+  ((${#args[@]} <= 1)) || usage_error "unexpected argument '${args[1]}' (one DIR at most)"
+  download "${args[0]:-$repo/gpu-deps}"
+fi

@@ -2,11 +2,25 @@
 # Installs every dependency bcdtrain needs and builds into build/ (idempotent): Debian 12 packages,
 # and LibTorch from PyPI's `torch` wheel, pinned to the GPU machines' version, in a virtual
 # environment outside the clone that every later set-up (and every clone) reuses.
-# Environment: BCD_SKIP_APT=1 skips the package step; BCD_BUILD_TYPE (default Release);
-# BCD_JOBS parallel build jobs; BCD_TORCH_VENV where the wheel goes (default
-# ~/.cache/bcdtrain/torch-2.11.0); BCD_TORCH_DIR another LibTorch's share/cmake/Torch (skips pip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+
+usage() {
+  cat <<'EOF_USAGE'
+usage: scripts/setup.sh
+  Installs what bcdtrain needs (Debian 12 packages through apt-get, as root or with sudo;
+  LibTorch from PyPI's torch wheel) and builds into build/. Idempotent: a second call installs
+  nothing and rebuilds only what changed.
+  -h, --help   this text
+Environment: BCD_SKIP_APT=1 skips the package step; BCD_BUILD_TYPE (default Release); BCD_JOBS
+parallel build jobs; BCD_TORCH_VENV where the wheel goes (default ~/.cache/bcdtrain/torch-2.11.0);
+BCD_TORCH_DIR another LibTorch's share/cmake/Torch (skips pip).
+EOF_USAGE
+}
+parse_flags "" "$@"
+no_args
 
 PACKAGES=(
   build-essential cmake pkg-config git
@@ -57,14 +71,14 @@ if [[ -z $torch_dir ]]; then
     echo "setup: installing torch==$TORCH_VERSION from PyPI into $venv (about 2.7 GB to download)"
     [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
     "$venv/bin/python" -m pip install -q --no-cache-dir "torch==$TORCH_VERSION"
-    have_torch || { echo "setup: torch $TORCH_VERSION did not install into $venv" >&2; exit 1; }
+    have_torch || { say "torch $TORCH_VERSION did not install into $venv"; exit 1; }
   fi
   exec 9>&-
   # torch.utils.cmake_prefix_path without importing torch.
   torch_dir=$("$venv/bin/python" -c 'import importlib.util, os
 print(os.path.join(os.path.dirname(importlib.util.find_spec("torch").origin), "share", "cmake", "Torch"))')
 fi
-[[ -f $torch_dir/TorchConfig.cmake ]] || { echo "setup: no TorchConfig.cmake in $torch_dir" >&2; exit 1; }
+[[ -f $torch_dir/TorchConfig.cmake ]] || { say "no TorchConfig.cmake in $torch_dir"; exit 1; }
 
 # A build folder configured against another LibTorch (Debian's 1.13, before this set-up) starts
 # afresh: its cache names that LibTorch's libraries and Caffe2's settings.

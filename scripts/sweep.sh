@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Expands a hyper-parameter grid into the queue lines of scripts/batch.sh (cartesian product, the
 # first key varying slowest), prints them or writes them to a queue file, and with --run runs them.
-set -uo pipefail
+set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$repo/scripts/lib.sh"
 
 usage() {
   cat <<'EOF'
@@ -20,29 +22,18 @@ key varies slowest; values in the order given), quoted as in the shell where nee
 Exit status: that of batch.sh with --run, else 0; 2 bad arguments.
 EOF
 }
-usage_error() {
-  echo "sweep: $1 (see scripts/sweep.sh --help)" >&2
-  exit 2
-}
 
-grid=() out="" run=0 batch_args=()
-while (($#)); do
-  case $1 in
-    -h | --help) usage; exit 0 ;;
-    --out=*) out=${1#--out=}; [[ -n $out ]] || usage_error "--out needs a value" ;;
-    --out)
-      [[ -n ${2:-} ]] || usage_error "--out needs a value"
-      out=$2
-      shift ;;
-    --run) run=1; shift; batch_args=("$@"); break ;;
-    --run=*) usage_error "--run takes no value (batch.sh's arguments follow it)" ;;
-    -*) usage_error "unknown flag '${1%%=*}'" ;;
-    *) grid+=("$1") ;;
-  esac
-  shift
+# Every argument after --run is batch.sh's.
+out="" run=0 batch_args=() n=0
+for a in "$@"; do
+  [[ $a != --run ]] || { batch_args=("${@:n + 2}"); break; }
+  n=$((n + 1))
 done
+parse_flags "--out=out --run:run" "${@:1:n}"
+((n == $#)) || run=1
+grid=("${args[@]}")
 ((${#grid[@]})) || usage_error "no CONFIG and KEY=V1,V2 given"
-command -v python3 > /dev/null || { echo "sweep: python3 not found (scripts/setup.sh installs it)" >&2; exit 2; }
+command -v python3 > /dev/null || die "python3 not found (scripts/setup.sh installs it)"
 lines=$(python3 "$repo/scripts/batch_queue.py" expand "${grid[@]}") || exit 2
 
 if ((run)) && [[ -z $out ]]; then
@@ -58,11 +49,8 @@ if ((run)) && [[ -z $out ]]; then
   out=$runs_dir/sweep-$stem-$(printf '%s\n' "$lines" | sha1sum | head -c 8).queue
 fi
 if [[ -n $out ]]; then
-  if ! { mkdir -p "$(dirname "$out")" && printf '%s\n' "$lines" > "$out"; }; then
-    echo "sweep: cannot write '$out'" >&2
-    exit 2
-  fi
-  echo "sweep: $(wc -l <<< "$lines") runs written to $out" >&2
+  { mkdir -p "$(dirname "$out")" && printf '%s\n' "$lines" > "$out"; } || die "cannot write '$out'"
+  say "$(wc -l <<< "$lines") runs written to $out"
 else
   printf '%s\n' "$lines"
 fi

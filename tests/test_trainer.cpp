@@ -14,6 +14,7 @@
 
 #include "model/llama.h"
 #include "runtime/optimizer.h"
+#include "runtime/plots.h"
 #include "test_util.h"
 
 namespace bcd {
@@ -393,19 +394,48 @@ TEST_F(TrainerRun, PlotTrueDrawsThePngsWhenTheRunEnds) {
   EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
 }
 
-// Without plot.sh (or gnuplot) the plots are a warning: the run itself went well.
-TEST_F(TrainerRun, PlotWithoutPlotScriptIsAWarning) {
+// Without gnuplot (a PATH that holds none) the plots are a warning: the run itself went well.
+TEST_F(TrainerRun, PlotWithoutGnuplotIsAWarning) {
   const std::string run = run_dir("plot-missing");
-  auto r = test::run_shell("BCD_PLOT_SCRIPT=" + run_dir("no-such-plot.sh") + " " + BCD_BINARY + " " + train_tiny() +
+  auto r = test::run_shell("env PATH=/nonexistent " + std::string(BCD_BINARY) + " " + train_tiny() +
                            " --model.n_layers=2 --train.steps=2 --sample.prompts='[]' --train.plot=true --quiet"
                            " --train.run_dir=" + run);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("bcdtrain: warning: train.plot: scripts/plot.sh not found (looked at " +
-                          run_dir("no-such-plot.sh") + ")"),
+  EXPECT_NE(r.output.find("bcdtrain: warning: train.plot: gnuplot not found (scripts/setup.sh installs it: package "
+                          "gnuplot-nox); the run is unaffected; draw them later with bcdtrain plot " + run + "\n"),
             std::string::npos)
       << r.output;
   EXPECT_FALSE(std::filesystem::exists(run + "/plots"));
   EXPECT_EQ(nlohmann::json::parse(test::read_text(run + "/summary.json"))["status"], "finished");
+}
+
+// Legend names: the last path component, more of them where those clash, long ones elided in the
+// middle while they stay unique.
+TEST(Plots, RunNamesAreShortAndUnique) {
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(plot_run_names({"/r/a", "/r/b"}), (Names{"a", "b"}));
+  EXPECT_EQ(plot_run_names({"/r/x/run", "/r/y/run/"}), (Names{"x/run", "y/run"}));
+  EXPECT_EQ(plot_run_names({"/r/a", "/r/./b/../a/"}), (Names{"/r/a (1)", "/r/a (2)"})) << "the same dir twice";
+  const std::string x(40, 'x');
+  EXPECT_EQ(plot_run_names({"/r/sweep-" + x + "-lr-0.001", "/r/sweep-" + x + "-lr-0.002"}),
+            (Names{"sweep-xxxxxxxx..." + x.substr(0, 14) + "-lr-0.001", "sweep-xxxxxxxx..." + x.substr(0, 14) + "-lr-0.002"}));
+  const Names middle = {"/r/a-" + x + "-1-" + x, "/r/a-" + x + "-2-" + x};  // elided alike: kept whole
+  EXPECT_EQ(plot_run_names(middle), (Names{middle[0].substr(3), middle[1].substr(3)}));
+}
+
+// Bad records are named by file:line before anything is drawn or written.
+TEST(Plots, ABadRecordIsNamedByFileAndLine) {
+  test::TempDir dir("bcd-plots");
+  const std::string metrics = dir.file("metrics.jsonl");
+  const auto error_for = [&](const std::string& text) {
+    test::write_text(metrics, text);
+    return test::error_of([&] { draw_plots({dir.path()}, dir.file("plots"), {}, {}); });
+  };
+  EXPECT_NE(error_for("{\"step\": 1}\n\n{\"step\": 2, \"lo").find(metrics + ":3: not valid JSON ("), std::string::npos);
+  EXPECT_NE(error_for("[1]\n").find(metrics + ":1: expected a JSON object, got array"), std::string::npos);
+  EXPECT_NE(error_for("{\"step\": 1}\n{\"step\": null}\n").find(metrics + ":2: no numeric \"step\" (got null)"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("plots")));
 }
 
 }  // namespace

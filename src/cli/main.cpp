@@ -1,5 +1,5 @@
 // bcdtrain command line: subcommands train, launch, config, plan, prepare, generate, eval,
-// iobench, import and export (Hugging Face safetensors). This file only dispatches: each
+// iobench, import and export (Hugging Face safetensors), plot. This file only dispatches: each
 // subcommand is in the file of its group (cli/command.h).
 // Bad input anywhere becomes one line on stderr and exit code 2.
 #include <CLI/CLI.hpp>
@@ -63,6 +63,7 @@ int run(int argc, char** argv) {
   commands.push_back(add_iobench(app));
   commands.push_back(add_import(app));
   commands.push_back(add_export(app));
+  commands.push_back(add_plot(app));
 
   if (!rest.empty() && rest[0][0] != '-') {
     std::string names;

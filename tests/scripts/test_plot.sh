@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Tests of scripts/plot.sh on the runs in fixtures/plot/ (README.md there); they build nothing:
+# Tests of scripts/plot.sh, and so of `bcdtrain plot` (src/runtime/plots.cpp) that it runs, on the
+# runs in fixtures/plot/ (README.md there). They need the built binary: $BCD_BINARY (ctest sets it
+# to the build's bcdtrain), else build/bcdtrain of this clone.
 #   plots   two runs (BCD with switches and validation, AdamW without either): every PNG is a PNG
 #           of more than 1 KB and plots.json holds the series each plot must have; then the AdamW
 #           run alone into the same directory: stall.png and active_block.png are skipped and
-#           their earlier PNGs removed. Fails (never skips) without gnuplot: setup.sh installs it.
+#           their earlier PNGs removed; a run dir named with a newline, quotes, $() and backticks
+#           is plotted under that name and runs nothing. Fails (never skips) without gnuplot:
+#           setup.sh installs it.
 #   errors  a run dir without metrics.jsonl, a malformed line, unknown flags: exit 2, the message
-#           names the dir, the file:line or the flag
+#           names the dir, the file:line or the flag; plot.sh without the binary: exit 2, saying so
 # Usage: tests/scripts/test_plot.sh plots|errors [SCRATCH_DIR]
 # (ctest runs each case with a scratch directory in the build tree; by hand a temporary one.)
 set -uo pipefail
@@ -15,6 +19,8 @@ script=$repo/scripts/plot.sh
 fixtures=$here/fixtures/plot
 source "$here/harness.sh" "${1:-}" "${2:-}"
 command -v python3 > /dev/null || { echo "FAIL [$case]: python3 not found (scripts/setup.sh installs it)" >&2; exit 1; }
+export BCD_BINARY=${BCD_BINARY:-$repo/build/bcdtrain}
+[[ -x $BCD_BINARY ]] || { echo "FAIL [$case]: no bcdtrain at $BCD_BINARY (build it, or set BCD_BINARY)" >&2; exit 1; }
 
 
 # expect_png FILE: the 8-byte PNG signature and more than 1 KB.
@@ -88,6 +94,18 @@ case_plots() {
   expect_rc default 0
   expect_png "$scratch/bcd/plots/active_block.png"
   expect_series "$scratch/bcd/plots/plots.json" stall.png=1 active_block.png=1
+
+  # A name is data, never gnuplot (or shell) code: it is the legend's, and nothing it names runs.
+  local odd=$'it\'s "q" $(touch d) `touch t` \\b\nl'  # under 40 characters: not elided
+  mkdir -p "$scratch/$odd"
+  cp "$fixtures/adamw/metrics.jsonl" "$scratch/$odd/"
+  cd "$scratch" || return  # where a command in the name would leave its file
+  run odd bash "$script" "$odd" --out odd
+  expect_rc odd 0
+  expect_png "$scratch/odd/memory.png"
+  python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["plots"][2]["series"] != [sys.argv[2]])' \
+    "$scratch/odd/plots.json" "$odd" || fail "odd: tokens_per_s.png's series is not the run's name: $(head -c 400 "$scratch/odd/plots.json")"
+  [[ ! -e $scratch/d && ! -e $scratch/t ]] || fail "odd: the run name ran a command"
 }
 
 case_errors() {
@@ -115,6 +133,13 @@ case_errors() {
   run help bash "$script" --help
   expect_rc help 0
   expect_text help out "--out DIR"
+  # Without the binary plot.sh says so; its own --help still works.
+  BCD_BINARY=$scratch/none run no_binary bash "$script" "$fixtures/bcd"
+  expect_rc no_binary 2
+  expect_text no_binary err "no bcdtrain at $scratch/none"
+  BCD_BINARY=$scratch/none run no_binary_help bash "$script" --help
+  expect_rc no_binary_help 0
+  expect_text no_binary_help out "--out DIR"
 }
 
 case $case in

@@ -1,0 +1,92 @@
+// plot: the PNGs of one or more runs' metrics.jsonl (runtime/plots.h). Its flags are read here,
+// in order, as scripts/plot.sh read them (that script now only calls this command).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "cli/command.h"
+#include "runtime/plots.h"
+
+namespace bcd::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: bcdtrain plot RUN_DIR... [--out DIR]
+  RUN_DIR     a run directory of `bcdtrain train` (its metrics.jsonl); one series per run,
+              named by the directory's last path component (more components when they clash)
+  --out DIR   where the PNGs and plots.json go (default: RUN_DIR/plots for one run, ./plots
+              for several)
+  -h, --help  this text
+Writes loss_vs_step.png, loss_vs_time.png, tokens_per_s.png, memory.png, stall.png and
+active_block.png; a plot with no series (no run switched blocks, no BCD run) is skipped and
+said so on stdout and in plots.json ("skipped": why). Exit status: 0 written, 1 gnuplot failed,
+2 bad flags or input, or gnuplot missing (scripts/setup.sh installs it).
+)";
+
+[[noreturn]] void usage_error(const std::string& what) { user_error("plot: {} (see bcdtrain plot --help)", what); }
+
+// The flags and run dirs of `words`; false when --help asked for the usage instead.
+bool parse_plot_flags(const std::vector<std::string>& words, std::vector<std::string>& runs, std::string& out) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string flag = words[i], value;
+    bool has_value = false;
+    if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos)
+      value = flag.substr(eq + 1), flag.resize(eq), has_value = true;
+    if (flag == "-h" || flag == "--help") return false;
+    if (flag == "--out") {
+      if (!has_value) {
+        if (i + 1 >= words.size()) usage_error(flag + " needs a value");
+        value = words[++i];
+      }
+      if (value.empty()) usage_error(flag + " needs a value");
+      out = value;
+    } else if (flag[0] == '-') {
+      usage_error(fmt::format("unknown flag '{}'", flag));
+    } else {
+      runs.push_back(flag);
+    }
+  }
+  if (runs.empty()) usage_error("no RUN_DIR given");
+  for (const std::string& r : runs) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(r, ec)) usage_error(r + ": not a directory");
+    if (!std::filesystem::is_regular_file(r + "/metrics.jsonl", ec))
+      usage_error(r + ": no metrics.jsonl there (not a run dir of bcdtrain train?)");
+  }
+  if (out.empty()) out = runs.size() == 1 ? runs[0] + "/plots" : "plots";
+  return true;
+}
+
+}  // namespace
+
+Command add_plot(CLI::App& app) {
+  auto* plot = app.add_subcommand("plot", "PNGs of runs' metrics.jsonl (gnuplot): loss, tokens/s, memory, stall, active block");
+  // Every word comes back unparsed (remaining()): flags are read in order, --help among them.
+  plot->set_help_flag();
+  plot->prefix_command();
+  auto run = [plot](const Overrides& overrides) {
+    // "--a.b" words were taken for config overrides: this command has none, so they are unknown flags.
+    if (!overrides.empty()) usage_error(fmt::format("unknown flag '{}'", overrides[0].substr(0, overrides[0].find('='))));
+    std::vector<std::string> runs;
+    std::string out;
+    if (!parse_plot_flags(plot->remaining(), runs, out)) {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
+    PlotReport report;
+    try {
+      report = draw_plots(
+          runs, out, [](const std::string& line) { fmt::print("{}\n", line); },
+          [](const std::string& line) { fmt::print(stderr, "{}\n", line); });
+    } catch (const UserError& e) {
+      throw UserError(std::string("plot: ") + e.what());
+    }
+    return report.failed.empty() ? 0 : 1;
+  };
+  return {plot, run, true};  // takes the overrides only to refuse them as flags (above)
+}
+
+}  // namespace bcd::cli
