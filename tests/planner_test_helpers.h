@@ -41,7 +41,7 @@ inline ModelConfig llama2_7b() {
 
 inline TrainConfig bf16_train(int64_t batch, int64_t seq) {
   TrainConfig t;
-  t.dtype = "bf16";
+  t.dtype = Dtype::kBf16;
   t.batch_size = batch;
   t.seq_len = seq;
   return t;

@@ -71,9 +71,9 @@ inline Trained train_small(torch::ScalarType dtype, const std::string& order, co
   model.init_weights(5);
   BcdConfig bc;
   bc.enabled = true;
-  bc.blocks = blocks;
+  bc.blocks = *parse_choice<BlockKind>(blocks);  // the names a config file gives
   bc.switch_every = 2;
-  bc.order = order;
+  bc.order = *parse_choice<BlockOrder>(order);
   auto units = make_units(model, bc);
   BcdScheduler sched(static_cast<int>(units.size()), bc, 9);
   MemoryAccounting acct;

@@ -30,9 +30,9 @@ ModelConfig small_config() {
 BcdConfig bcd_config(const std::string& blocks = "layer", int64_t k = 1, const std::string& order = "ascending") {
   BcdConfig b;
   b.enabled = true;
-  b.blocks = blocks;
+  b.blocks = *parse_choice<BlockKind>(blocks);  // the names a config file gives
   b.switch_every = k;
-  b.order = order;
+  b.order = *parse_choice<BlockOrder>(order);
   return b;
 }
 
@@ -342,15 +342,15 @@ TEST(StepFlops, ForwardEverywhereBackwardFromTheActiveUnitUp) {
 }
 
 TEST(StepFlops, KnownGpusPeaks) {
-  EXPECT_EQ(gpu_peak_tflops("NVIDIA GeForce RTX 4090", "bf16"), 165.2);
-  EXPECT_EQ(gpu_peak_tflops("NVIDIA GeForce RTX 4090", "fp32"), 82.6);
-  EXPECT_EQ(gpu_peak_tflops("NVIDIA A100-SXM4-80GB", "bf16"), 312.0);
-  EXPECT_EQ(gpu_peak_tflops("NVIDIA H100 PCIe", "bf16"), 756.5);
-  EXPECT_EQ(gpu_peak_tflops("NVIDIA H100 80GB HBM3", "bf16"), 989.4);
-  EXPECT_EQ(gpu_peak_tflops("NVIDIA H200", "bf16"), 989.4);
-  EXPECT_EQ(gpu_peak_tflops("NVIDIA H200 NVL", "bf16"), 835.5);
-  EXPECT_FALSE(gpu_peak_tflops("Tesla K80", "bf16").has_value());
-  EXPECT_FALSE(gpu_peak_tflops("", "fp32").has_value());
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA GeForce RTX 4090", Dtype::kBf16), 165.2);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA GeForce RTX 4090", Dtype::kFp32), 82.6);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA A100-SXM4-80GB", Dtype::kBf16), 312.0);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA H100 PCIe", Dtype::kBf16), 756.5);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA H100 80GB HBM3", Dtype::kBf16), 989.4);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA H200", Dtype::kBf16), 989.4);
+  EXPECT_EQ(gpu_peak_tflops("NVIDIA H200 NVL", Dtype::kBf16), 835.5);
+  EXPECT_FALSE(gpu_peak_tflops("Tesla K80", Dtype::kBf16).has_value());
+  EXPECT_FALSE(gpu_peak_tflops("", Dtype::kFp32).has_value());
 }
 
 // bf16 working weights: a step's micro-batches are summed in fp32, exactly the fp32 sum of each

@@ -1,6 +1,9 @@
 // Config tests: defaults, file + overrides, unknown keys and wrong types named, validation.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <sstream>
+
 #include "base/config.h"
 #include "base/error.h"
 #include "test_util.h"
@@ -82,9 +85,9 @@ TEST(Config, ErrorsNameTheSourceAndKey) {
 struct FloatKeys {
   std::vector<std::string> keys;
   std::string section;
-  void operator()(const char* key, double&, const char*) { keys.push_back(section + "." + key); }
+  void operator()(const char* key, double&, const char*, Resume) { keys.push_back(section + "." + key); }
   template <class T>
-  void operator()(const char*, T&, const char*) {}
+  void operator()(const char*, T&, const char*, Resume) {}
   template <class S>
   void operator()(const char* name, S& s) {
     section = name;
@@ -115,10 +118,58 @@ TEST(Config, ValidationNamesTheKey) {
   EXPECT_NE(e.find("d_model"), std::string::npos) << e;
   e = error_of([] { load_config("", {"--train.steps=0"}); });
   EXPECT_NE(e.find("steps"), std::string::npos) << e;
-  e = error_of([] { load_config("", {"--train.seq_len=4096", "--model.max_seq_len=128"}); });
-  EXPECT_NE(e.find("seq_len"), std::string::npos) << e;
   e = error_of([] { load_config("", {"--train.dtype=\"fp8\""}); });
-  EXPECT_NE(e.find("dtype"), std::string::npos) << e;
+  EXPECT_NE(e.find("[train] dtype: expected \"fp32\" or \"bf16\", got \"fp8\""), std::string::npos) << e;
+  // seq_len against the model's max_seq_len is checked once, where the shape is resolved (a shape
+  // from an HF config.json or init_from is known only there): by the plan, which a run makes too.
+  const auto r = test::run_bcdtrain("plan --train.seq_len=4096 --model.max_seq_len=128 --model.vocab_size=100");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("[train] seq_len (4096) exceeds the model's max_seq_len (128)"), std::string::npos) << r.output;
+}
+
+// A closed set's names are parsed once, when the config loads, into its enum; the dump writes
+// the names back.
+TEST(Config, ClosedSetsAreEnumsParsedOnLoad) {
+  const Config c = load_config("", {"--train.dtype=bf16", "--bcd.order=fixed", "--bcd.fixed_order=['head']",
+                                    "--memory.stream_home=nvme", "--sample.chat_template=none", "--dist.backend=gloo"});
+  EXPECT_EQ(c.train.dtype, Dtype::kBf16);
+  EXPECT_EQ(c.bcd.order, BlockOrder::kFixed);
+  EXPECT_EQ(c.memory.stream_home, Home::kNvme);
+  EXPECT_EQ(c.sample.chat_template, SampleChat::kNone);
+  EXPECT_EQ(named_template(SampleChat::kChatML), ChatTemplate::kChatML);
+  EXPECT_FALSE(named_template(SampleChat::kAuto).has_value());
+  Config copy = c;
+  const std::string dump = config_to_toml(copy);
+  for (const char* line : {"dtype = 'bf16'", "order = 'fixed'", "stream_home = 'nvme'", "chat_template = 'none'", "backend = 'gloo'"})
+    EXPECT_NE(dump.find(line), std::string::npos) << line << "\n" << dump;
+  std::string e = error_of([] { load_config("", {"--bcd.blocks=7"}); });
+  EXPECT_NE(e.find("[bcd] blocks: expected one of \"layer\", \"attn_mlp\" or \"whole\", found an integer"), std::string::npos) << e;
+}
+
+// Every key declares what --resume may do with it, where it is declared: the rule
+// (cli/train_commands.cpp) reads these, so a key added later has its class from the start.
+TEST(Config, EveryKeyHasAResumeClass) {
+  const auto classes = resume_classes();
+  std::map<std::string, Resume> by_key(classes.begin(), classes.end());
+  EXPECT_EQ(by_key.size(), classes.size()) << "a key declared twice";
+  Config c;
+  std::istringstream dump(config_to_toml(c));
+  std::string line, section;
+  int keys = 0;
+  while (std::getline(dump, line)) {
+    if (line.size() > 2 && line.front() == '[') section = line.substr(1, line.find(']') - 1);
+    const auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    ++keys;
+    EXPECT_TRUE(by_key.count(section + "." + line.substr(0, eq))) << section << "." << line.substr(0, eq);
+  }
+  EXPECT_EQ(keys, static_cast<int>(classes.size()));
+  EXPECT_EQ(by_key.at("model.d_model"), Resume::kFixed);
+  EXPECT_EQ(by_key.at("bcd.state_on_switch"), Resume::kFixed);
+  EXPECT_EQ(by_key.at("train.lr"), Resume::kChanges);
+  EXPECT_EQ(by_key.at("data.path"), Resume::kChanges);
+  EXPECT_EQ(by_key.at("memory.host_bytes"), Resume::kPlacement);
+  EXPECT_EQ(by_key.at("dist.nproc"), Resume::kPlacement);
 }
 
 TEST(Config, DumpRoundTrips) {

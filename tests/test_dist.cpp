@@ -155,6 +155,26 @@ TEST(Launch, ParsesItsOptionsAndLeavesTheCommand) {
   EXPECT_EQ(cmd2, (std::vector<std::string>{"--weird", "train"}));
 }
 
+// A config written for N ranks says so ([dist] nproc): launch without --nproc starts that many,
+// with the command's overrides applied; --nproc wins; a command without a config is one rank.
+TEST(Launch, WithoutNprocTheConfigsDistNprocIsTaken) {
+  test::TempDir dir("bcd-launch-nproc");
+  const std::string cfg = dir.file("c.toml");
+  test::write_text(cfg, "[dist]\nnproc = 3\n");
+  LaunchOptions a, b, c, d;
+  parse_launch_args({"train", "--config", cfg, "--train.steps=3"}, a);
+  EXPECT_EQ(a.nproc, 3);
+  parse_launch_args({"train", "--config=" + cfg, "--dist.nproc=2"}, b);
+  EXPECT_EQ(b.nproc, 2);
+  parse_launch_args({"--nproc", "4", "train", "--config", cfg}, c);
+  EXPECT_EQ(c.nproc, 4);
+  parse_launch_args({"train", "--resume", dir.path()}, d);
+  EXPECT_EQ(d.nproc, 1);
+  LaunchOptions e;
+  EXPECT_NE(error_of([&] { parse_launch_args({"train", "--config", cfg, "--dist.nproc=0"}, e); }).find("[dist] nproc"),
+            std::string::npos);
+}
+
 TEST(Launch, BadOptionsAreRefused) {
   LaunchOptions o;
   EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "0", "train"}, o); }).find("--nproc 0"), std::string::npos);

@@ -12,9 +12,12 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "base/config.h"
@@ -27,18 +30,22 @@
 namespace bcd {
 namespace {
 
-enum class Kind { kInt, kFloat, kBool, kString, kList, kFloatList, kBytes };
+enum class Kind { kInt, kFloat, kBool, kString, kList, kFloatList, kBytes, kChoice };
 
 // Collects (key, kind) of one section through its visit().
 struct KeyLister {
   std::vector<std::pair<std::string, Kind>> keys;
-  void operator()(const char* k, int64_t&, const char*) { keys.push_back({k, Kind::kInt}); }
-  void operator()(const char* k, double&, const char*) { keys.push_back({k, Kind::kFloat}); }
-  void operator()(const char* k, bool&, const char*) { keys.push_back({k, Kind::kBool}); }
-  void operator()(const char* k, std::string&, const char*) { keys.push_back({k, Kind::kString}); }
-  void operator()(const char* k, std::vector<std::string>&, const char*) { keys.push_back({k, Kind::kList}); }
-  void operator()(const char* k, std::vector<double>&, const char*) { keys.push_back({k, Kind::kFloatList}); }
-  void operator()(const char* k, Bytes&, const char*) { keys.push_back({k, Kind::kBytes}); }
+  void operator()(const char* k, int64_t&, const char*, Resume) { keys.push_back({k, Kind::kInt}); }
+  void operator()(const char* k, double&, const char*, Resume) { keys.push_back({k, Kind::kFloat}); }
+  void operator()(const char* k, bool&, const char*, Resume) { keys.push_back({k, Kind::kBool}); }
+  void operator()(const char* k, std::string&, const char*, Resume) { keys.push_back({k, Kind::kString}); }
+  void operator()(const char* k, std::vector<std::string>&, const char*, Resume) { keys.push_back({k, Kind::kList}); }
+  void operator()(const char* k, std::vector<double>&, const char*, Resume) { keys.push_back({k, Kind::kFloatList}); }
+  void operator()(const char* k, Bytes&, const char*, Resume) { keys.push_back({k, Kind::kBytes}); }
+  template <class E, std::enable_if_t<is_choice<E>::value, int> = 0>
+  void operator()(const char* k, E&, const char*, Resume) {
+    keys.push_back({k, Kind::kChoice});
+  }
 };
 
 // Values at the edges of each type (non-finite floats are refused by the parser: test_config).
@@ -51,6 +58,7 @@ std::vector<std::string> hostile_values(Kind k) {
     case Kind::kList: return {"[]", "['nonsense']"};
     case Kind::kFloatList: return {"[]", "[-1.0]", "[0.0]", "[1e300, 1e300]"};
     case Kind::kBytes: return {"0", "1", "'1TiB'", "'auto'"};
+    case Kind::kChoice: return {"''", "'nonsense'", "1"};  // refused when the config loads
   }
   return {};
 }
@@ -97,16 +105,28 @@ class HostileConfig : public ::testing::Test {
     return ov;
   }
 
-  // Trains with `ov`; true when it trained, false when refused with a UserError; a failure of
-  // the test (naming `what`) for anything else.
-  static bool trains(const std::vector<std::string>& ov, const std::string& what) {
+  // Whether `msg` names `key` as a word of its own (seq_len is not named by max_seq_len).
+  static bool names(const std::string& msg, const std::string& key) {
+    auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (size_t at = msg.find(key); at != std::string::npos; at = msg.find(key, at + 1))
+      if ((at == 0 || !word(msg[at - 1])) && (at + key.size() == msg.size() || !word(msg[at + key.size()])))
+        return true;
+    return false;
+  }
+
+  // Trains with `ov`; true when it trained, false when refused with a UserError that names one of
+  // `keys` (the key under test, however the message spells its section); a failure of the test
+  // (naming `what`) for anything else.
+  static bool trains(const std::vector<std::string>& ov, const std::string& what, const std::vector<std::string>& keys) {
     const bool verbose = std::getenv("BCD_HOSTILE_VERBOSE") != nullptr;
     try {
       run_training(load_config("", ov), /*quiet=*/true);
       if (verbose) std::printf("trained  %s\n", what.c_str());
       return true;
     } catch (const UserError& e) {
-      EXPECT_FALSE(std::string(e.what()).empty()) << what;
+      const std::string msg = e.what();
+      EXPECT_TRUE(std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return names(msg, k); }))
+          << what << ": the refusal does not name the key: " << msg;
       if (verbose) std::printf("refused  %s: %s\n", what.c_str(), e.what());
     } catch (const c10::Error& e) {
       ADD_FAILURE() << what << ": torch error: " << e.what_without_backtrace();
@@ -134,7 +154,7 @@ class HostileConfig : public ::testing::Test {
         if (kWorkNotMemory.count(full) && value.size() > 4) continue;
         const std::string run_dir = dir_->file("run" + std::to_string(n++));
         const std::string what = "--" + full + "=" + value;
-        trained += trains(base_overrides(run_dir, {what}), what) ? 1 : 0;
+        trained += trains(base_overrides(run_dir, {what}), what, {key}) ? 1 : 0;
         std::error_code ec;
         std::filesystem::remove_all(run_dir, ec);
       }
@@ -179,7 +199,13 @@ TEST_F(HostileConfig, HfConfigJson) {
       test::write_text(file, j.dump());
       const std::string run_dir = dir_->file("hf" + std::to_string(n++));
       const std::string what = "config.json " + key + " = " + v.dump();
-      trained += trains(base_overrides(run_dir, {"--model.hf_config=" + file}), what) ? 1 : 0;
+      // Past the file, the shape is bcdtrain's: a size refused there is named as in [model].
+      static const std::map<std::string, std::string> kOurs = {
+          {"hidden_size", "d_model"}, {"num_hidden_layers", "n_layers"}, {"num_attention_heads", "n_heads"},
+          {"num_key_value_heads", "n_kv_heads"}, {"intermediate_size", "d_ff"}, {"max_position_embeddings", "max_seq_len"}};
+      std::vector<std::string> keys = {key};
+      if (kOurs.count(key)) keys.push_back(kOurs.at(key));
+      trained += trains(base_overrides(run_dir, {"--model.hf_config=" + file}), what, keys) ? 1 : 0;
       std::error_code ec;
       std::filesystem::remove_all(run_dir, ec);
     }

@@ -2,6 +2,7 @@
 // tier placement rules, budgets and the `bcdtrain plan` command on the shipped configs. The
 // weight stream's plans are in test_planner_stream.cpp.
 #include <fmt/format.h>
+#include <filesystem>
 #include <gtest/gtest.h>
 
 #include "memory/planner.h"
@@ -51,15 +52,15 @@ TEST_P(PlannerShape, BlockLayoutsMatchLlamaModel) {
 TEST_P(PlannerShape, UnitsMatchMakeUnits) {
   const ModelConfig cfg = small_shape(GetParam());
   LlamaModel model(cfg);
-  for (const char* blocks : {"layer", "attn_mlp", "whole"}) {
+  for (BlockKind blocks : {BlockKind::kLayer, BlockKind::kAttnMlp, BlockKind::kWhole}) {
     for (int64_t lpb : {1, 2}) {
       for (bool enabled : {true, false}) {
         BcdConfig b;
         b.enabled = enabled;
         b.blocks = blocks;
-        b.layers_per_block = std::string(blocks) == "attn_mlp" ? 1 : lpb;
+        b.layers_per_block = blocks == BlockKind::kAttnMlp ? 1 : lpb;
         b.include_embed = lpb == 1;
-        SCOPED_TRACE(std::string(blocks) + " lpb " + std::to_string(lpb) + (enabled ? " on" : " off"));
+        SCOPED_TRACE(std::string(name_of(blocks)) + " lpb " + std::to_string(lpb) + (enabled ? " on" : " off"));
         const auto ref = make_units(model, b);
         const auto got = unit_shapes(cfg, b);
         ASSERT_EQ(got.size(), ref.size());
@@ -115,7 +116,7 @@ TEST(Planner, RotaryTablesAreCountedOnCompute) {
   BcdConfig b;
   b.enabled = true;
   MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
-  mem.stream_weights = "off";  // streaming layers would make room for the tables
+  mem.stream_weights = StreamWeights::kOff;  // streaming layers would make room for the tables
   const MemoryPlan a = plan_memory(m, b, bf16_train(1, 2048), mem);
   m.max_seq_len = 4096 + (int64_t{1} << 24);
   const MemoryPlan longer = plan_memory(m, b, bf16_train(1, 2048), mem);
@@ -141,7 +142,7 @@ TEST(Planner, FusedAttentionCountsNoScoreMatrix) {
   BcdConfig b;
   b.enabled = true;
   MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
-  mem.stream_weights = "off";  // streaming layers would make room for the scores
+  mem.stream_weights = StreamWeights::kOff;  // streaming layers would make room for the scores
   const MemoryPlan fused = plan_memory(m, b, t, mem, 1, /*fused_attention=*/true);
   const MemoryPlan materialised = plan_memory(m, b, t, mem, 1, /*fused_attention=*/false);
   EXPECT_TRUE(fused.fits) << fused.why_not;
@@ -217,7 +218,7 @@ TEST(Planner, ResetNeedsNoHomeForMoments) {
   m.activation_checkpointing = true;
   BcdConfig b;
   b.enabled = true;
-  b.state_on_switch = "reset";
+  b.state_on_switch = StateOnSwitch::kReset;
   // 30 GiB of host for resident copies: all 25.1 GiB of masters fit, so nothing goes to NVMe
   const MemoryPlan p = plan_memory(m, b, bf16_train(1, 2048), budgets(24 * kGiB, 4 * kGiB, 34 * kGiB, {}));
   ASSERT_TRUE(p.fits) << p.why_not;
@@ -341,7 +342,7 @@ TEST(PlannerCli, ShippedConfigsFit) {
   };
   for (const Case c : {Case{"configs/llama2-7b-1x4090.toml", "", false}, Case{"configs/llama3-8b-4x4090.toml", "", false},
                        Case{"configs/llama2-7b-lowram.toml", "", false}, Case{"configs/llama2-13b-1x4090.toml", "", true},
-                       Case{"configs/llama2-70b-4x4090.toml", " --nproc 4", true}}) {
+                       Case{"configs/llama2-70b-4x4090.toml", "", true}}) {
     const auto r = test::run_bcdtrain("plan --config " + test::source_path(c.file) + c.args);
     EXPECT_EQ(r.exit_code, 0) << c.file << "\n" << r.output;
     EXPECT_NE(r.output.find("\nfits\n"), std::string::npos) << c.file << "\n" << r.output;
@@ -351,6 +352,32 @@ TEST(PlannerCli, ShippedConfigsFit) {
       EXPECT_NE(r.output.find("\n  keeps up: "), std::string::npos) << c.file << "\n" << r.output;
     }
   }
+}
+
+// `plan` and a run plan through one function (runtime/run_plan.h): for every shipped config, the
+// plan `bcdtrain plan` prints is the one `train --dry-run` (a run's own setup, stopped before it
+// allocates) prints, on the same data and machine. The overrides make each config plannable by
+// both here: a CPU run on the demo corpus, short windows, an NVMe directory that exists, one rank,
+// and a fixed host budget (auto is MemAvailable, which moves between two calls).
+TEST(PlannerCli, PlanAndARunPrintTheSamePlanForEveryShippedConfig) {
+  test::TempDir dir("bcd-plan-same");
+  ASSERT_EQ(test::prepare_fortunes(dir.file("data")).exit_code, 0);
+  std::filesystem::create_directories(dir.file("nvme"));
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(test::source_path("configs"))) {
+    if (e.path().extension() != ".toml") continue;
+    ++n;
+    const std::string args = "--config " + e.path().string() + " --data.path=" + dir.file("data") +
+                             " --train.device=cpu --train.seq_len=64 --model.init_from=\"''\" --dist.nproc=1" +
+                             " --memory.nvme_paths=\"['" + dir.file("nvme") + "']\" --memory.host_bytes=16GiB --train.run_dir=" + dir.file("run");
+    const auto plan = test::run_shell(std::string(BCD_BINARY) + " plan " + args + " 2>/dev/null");
+    const auto run = test::run_shell(std::string(BCD_BINARY) + " train --dry-run " + args + " 2>/dev/null");
+    EXPECT_NE(plan.output.find("\ncompute"), std::string::npos) << e.path() << "\n" << plan.output;
+    EXPECT_EQ(plan.output, run.output) << e.path();
+    EXPECT_EQ(plan.exit_code, run.exit_code) << e.path();
+    EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << "a dry run wrote its run directory";
+  }
+  EXPECT_EQ(n, 7) << "configs/ holds another number of configs: this test covers them all";
 }
 
 TEST(PlannerCli, SmallGpuIsRefusedNamingCompute) {

@@ -31,7 +31,7 @@ ModelConfig llama2_13b() {
 }
 
 MemoryConfig streaming(MemoryConfig m, const char* mode, int64_t depth = 2) {
-  m.stream_weights = mode;
+  m.stream_weights = *parse_choice<StreamWeights>(mode);  // the names a config file gives
   m.stream_depth = depth;
   return m;
 }
@@ -80,7 +80,7 @@ TEST_P(PlannerStreamBytes, ComputeAndHostWorkingBytes) {
   m.activation_checkpointing = true;
   BcdConfig b;
   b.enabled = true;
-  b.blocks = blocks;
+  b.blocks = *parse_choice<BlockKind>(blocks);
   b.layers_per_block = lpb;
   const TrainConfig t = bf16_train(2, 16);
   const MemoryConfig mem = streaming(budgets(kGiB, kGiB, 4 * kGiB, {}), "on", depth);
@@ -88,7 +88,7 @@ TEST_P(PlannerStreamBytes, ComputeAndHostWorkingBytes) {
   ASSERT_TRUE(p.fits) << p.why_not;
   const std::vector<BlockShape> shapes = block_shapes(m);
   const uint64_t layer = static_cast<uint64_t>(shapes[1].numel) * 2;
-  const uint64_t resident = static_cast<uint64_t>(shapes.front().numel + shapes.back().numel) * 2 + rope_table_bytes(m, "bf16");
+  const uint64_t resident = static_cast<uint64_t>(shapes.front().numel + shapes.back().numel) * 2 + rope_table_bytes(m, Dtype::kBf16);
   const std::string kind = blocks;
   // one unit of everything; layers_per_block layers; half a layer (its block is one buffer)
   const uint64_t active = kind == "whole" ? 5 * layer : kind == "layer" ? static_cast<uint64_t>(lpb) * layer : layer;
@@ -192,7 +192,7 @@ TEST(PlannerStream, HostMustHoldTheStreamedWeights) {
   BcdConfig b;
   b.enabled = true;
   MemoryConfig host_only = streaming(budgets(24 * kGiB, 8 * kGiB, 16 * kGiB, {"/x"}), "on");
-  host_only.stream_home = "host";  // "auto" homes what does not fit on NVMe (LayersThatDoNotFitHostMemoryStreamFromNvme)
+  host_only.stream_home = Home::kHost;  // "auto" homes what does not fit on NVMe (LayersThatDoNotFitHostMemoryStreamFromNvme)
   const MemoryPlan p = plan_memory(llama2_13b(), b, bf16_train(2, 2048), host_only, 1, true, 1, {25, 80});
   EXPECT_FALSE(p.fits);
   EXPECT_NE(p.why_not.find("the streamed weights' host copy needs 23.63 GiB per rank"), std::string::npos) << p.why_not;
@@ -246,13 +246,13 @@ TEST(PlannerStream, LayersThatDoNotFitHostMemoryStreamFromNvme) {
   EXPECT_NE(report.find("at 6 GB/s (memory.stream_nvme_gbps) through 3 pinned buffers"), std::string::npos) << report;
   // The pinned pool holds the units' slabs and the read buffers.
   MemoryConfig off = mem;
-  off.stream_weights = "off";
+  off.stream_weights = StreamWeights::kOff;
   off.compute_bytes = Bytes{1ull << 50, false};
   EXPECT_EQ(p.pinned.staging, plan_memory(llama2_13b(), b, t, off, 1, true).pinned.staging + stage);
 
   // "nvme": every streamed layer there, none in host memory; a slower drive shows in the copy time
   MemoryConfig all = mem;
-  all.stream_home = "nvme";
+  all.stream_home = Home::kNvme;
   const MemoryPlan n = plan_memory(llama2_13b(), b, t, all, 1, true, 1, {25, 80, 6});
   EXPECT_EQ(n.stream.nvme_bytes, 40 * layer);
   EXPECT_EQ(working_of(n.host), 0u);
@@ -260,7 +260,7 @@ TEST(PlannerStream, LayersThatDoNotFitHostMemoryStreamFromNvme) {
   EXPECT_NEAR(n.stream.copy_s_per_step, static_cast<double>(bytes) / 6e9, 1e-6 * n.stream.copy_s_per_step);
   // "host": refused when the copy does not fit
   MemoryConfig host = mem;
-  host.stream_home = "host";
+  host.stream_home = Home::kHost;
   const MemoryPlan h = plan_memory(llama2_13b(), b, t, host, 1, true, 1, {25, 80, 6});
   EXPECT_FALSE(h.fits);
   EXPECT_EQ(h.stream.nvme_bytes, 0u);
@@ -268,7 +268,7 @@ TEST(PlannerStream, LayersThatDoNotFitHostMemoryStreamFromNvme) {
   // NVMe homes need NVMe paths
   MemoryConfig nopath = all;
   nopath.nvme_paths.clear();
-  nopath.home = "host";
+  nopath.home = Home::kHost;
   nopath.host_bytes = Bytes{1ull << 45, false};
   const MemoryPlan np = plan_memory(llama2_13b(), b, t, nopath, 1, true, 1, {25, 80, 6});
   EXPECT_FALSE(np.fits);
@@ -373,7 +373,7 @@ TEST(PlannerStream, ExposedSecondsHandComputed) {
 TEST(PlannerStream, RatesByDevice) {
   MemoryConfig mem;
   TrainConfig t;
-  t.dtype = "bf16";
+  t.dtype = Dtype::kBf16;
   StreamRates r = resolve_stream_rates(mem, t, false, std::nullopt);
   EXPECT_EQ(r.gbps, 10);
   EXPECT_EQ(r.tflops, 0.1);

@@ -36,14 +36,14 @@ struct FieldReader {
   [[noreturn]] void bad(const std::string& key, const toml::node& n, const char* expected) {
     user_error("{}: [{}] {}: expected {}, found {}", source, section, key, expected, type_name(n));
   }
-  void operator()(const char* key, int64_t& f, const char*) {
+  void operator()(const char* key, int64_t& f, const char*, Resume) {
     known.insert(key);
     const toml::node* n = tbl.get(key);
     if (!n) return;
     if (auto v = n->as_integer()) f = v->get();
     else bad(key, *n, "an integer");
   }
-  void operator()(const char* key, double& f, const char*) {
+  void operator()(const char* key, double& f, const char*, Resume) {
     known.insert(key);
     const toml::node* n = tbl.get(key);
     if (!n) return;
@@ -53,21 +53,21 @@ struct FieldReader {
     // TOML has nan and inf; no key takes them (and range checks like `x < 0` let NaN through).
     if (!std::isfinite(f)) user_error("{}: [{}] {}: expected a finite number, got {}", source, section, key, f);
   }
-  void operator()(const char* key, bool& f, const char*) {
+  void operator()(const char* key, bool& f, const char*, Resume) {
     known.insert(key);
     const toml::node* n = tbl.get(key);
     if (!n) return;
     if (auto v = n->as_boolean()) f = v->get();
     else bad(key, *n, "a boolean (true or false)");
   }
-  void operator()(const char* key, std::string& f, const char*) {
+  void operator()(const char* key, std::string& f, const char*, Resume) {
     known.insert(key);
     const toml::node* n = tbl.get(key);
     if (!n) return;
     if (auto v = n->as_string()) f = v->get();
     else bad(key, *n, "a string");
   }
-  void operator()(const char* key, Bytes& f, const char*) {
+  void operator()(const char* key, Bytes& f, const char*, Resume) {
     known.insert(key);
     const toml::node* n = tbl.get(key);
     if (!n) return;
@@ -90,7 +90,7 @@ struct FieldReader {
       bad(key, *n, "a size like \"24GiB\", an integer byte count or \"auto\"");
     }
   }
-  void operator()(const char* key, std::vector<std::string>& f, const char*) {
+  void operator()(const char* key, std::vector<std::string>& f, const char*, Resume) {
     known.insert(key);
     const toml::node* n = tbl.get(key);
     if (!n) return;
@@ -103,7 +103,18 @@ struct FieldReader {
     }
     f = std::move(out);
   }
-  void operator()(const char* key, std::vector<double>& f, const char*) {
+  template <class E, std::enable_if_t<is_choice<E>::value, int> = 0>
+  void operator()(const char* key, E& f, const char*, Resume) {
+    known.insert(key);
+    const toml::node* n = tbl.get(key);
+    if (!n) return;
+    const auto* name = n->as_string();
+    if (!name) bad(key, *n, ("one of " + choice_list<E>()).c_str());
+    const std::optional<E> e = parse_choice<E>(name->get());
+    if (!e) user_error("{}: [{}] {}: expected {}, got \"{}\"", source, section, key, choice_list<E>(), name->get());
+    f = *e;
+  }
+  void operator()(const char* key, std::vector<double>& f, const char*, Resume) {
     known.insert(key);
     const toml::node* n = tbl.get(key);
     if (!n) return;
@@ -168,12 +179,12 @@ toml::table parse_text(const std::string& text, const std::string& source) {
 // ---- Writing ----
 struct FieldWriter {
   toml::table& out;
-  void operator()(const char* key, int64_t& f, const char*) { out.insert_or_assign(key, f); }
-  void operator()(const char* key, double& f, const char*) { out.insert_or_assign(key, f); }
-  void operator()(const char* key, bool& f, const char*) { out.insert_or_assign(key, f); }
-  void operator()(const char* key, std::string& f, const char*) { out.insert_or_assign(key, f); }
+  void operator()(const char* key, int64_t& f, const char*, Resume) { out.insert_or_assign(key, f); }
+  void operator()(const char* key, double& f, const char*, Resume) { out.insert_or_assign(key, f); }
+  void operator()(const char* key, bool& f, const char*, Resume) { out.insert_or_assign(key, f); }
+  void operator()(const char* key, std::string& f, const char*, Resume) { out.insert_or_assign(key, f); }
   // Lossless and readable: "auto", "24GiB", "512MiB", or the integer byte count.
-  void operator()(const char* key, Bytes& f, const char*) {
+  void operator()(const char* key, Bytes& f, const char*, Resume) {
     if (f.is_auto) return void(out.insert_or_assign(key, "auto"));
     const uint64_t v = f.value;
     const std::pair<uint64_t, const char*> units[] = {{1ull << 40, "TiB"}, {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
@@ -181,12 +192,16 @@ struct FieldWriter {
       if (v >= u && v % u == 0) return void(out.insert_or_assign(key, std::to_string(v / u) + name));
     out.insert_or_assign(key, static_cast<int64_t>(v));
   }
-  void operator()(const char* key, std::vector<std::string>& f, const char*) {
+  void operator()(const char* key, std::vector<std::string>& f, const char*, Resume) {
     toml::array a;
     for (const auto& s : f) a.push_back(s);
     out.insert_or_assign(key, std::move(a));
   }
-  void operator()(const char* key, std::vector<double>& f, const char*) {
+  template <class E, std::enable_if_t<is_choice<E>::value, int> = 0>
+  void operator()(const char* key, E& f, const char*, Resume) {
+    out.insert_or_assign(key, std::string(name_of(f)));
+  }
+  void operator()(const char* key, std::vector<double>& f, const char*, Resume) {
     toml::array a;
     for (double d : f) a.push_back(d);
     out.insert_or_assign(key, std::move(a));
@@ -196,10 +211,10 @@ struct FieldWriter {
 struct DocWriter {
   std::ostringstream& os;
   template <class T>
-  void operator()(const char* key, T& f, const char* doc) {
+  void operator()(const char* key, T& f, const char* doc, Resume r) {
     toml::table t;
     FieldWriter w{t};
-    w(key, f, doc);
+    w(key, f, doc, r);
     std::ostringstream v;
     v << t;  // "key = value"
     std::string kv = v.str();
@@ -259,124 +274,152 @@ Config load_config_text(const std::string& text, const std::string& source, cons
   return cfg;
 }
 
-void validate_config(const Config& c) {
-  auto positive = [](const char* section, const char* key, int64_t v) {
-    if (v <= 0) user_error("config: [{}] {} must be positive, got {}", section, key, v);
-  };
-  const ModelConfig& m = c.model;
+namespace {
+void positive(const char* section, const char* key, int64_t v) {
+  if (v <= 0) user_error("config: [{}] {} must be positive, got {}", section, key, v);
+}
+}  // namespace
+
+void ModelConfig::validate() const {
+  if (!init_from.empty()) {
+    const bool hf = init_from.rfind("hf:", 0) == 0;
+    const bool h5 = init_from.size() > 3 && init_from.compare(init_from.size() - 3, 3, ".h5") == 0;
+    if ((hf && init_from.size() == 3) || (!hf && !h5))
+      user_error("config: [model] init_from: expected \"hf:DIR\" or a path ending in .h5, got \"{}\"", init_from);
+  }
+  if (init_std < 0) user_error("config: [model] init_std must be >= 0, got {}", init_std);
   // With hf_config or init_from the shape comes from a file, checked when it is read.
-  const bool shape_from_file = !m.hf_config.empty() || !m.init_from.empty();
-  if (!m.init_from.empty()) {
-    const bool hf = m.init_from.rfind("hf:", 0) == 0;
-    const bool h5 = m.init_from.size() > 3 && m.init_from.compare(m.init_from.size() - 3, 3, ".h5") == 0;
-    if ((hf && m.init_from.size() == 3) || (!hf && !h5))
-      user_error("config: [model] init_from: expected \"hf:DIR\" or a path ending in .h5, got \"{}\"", m.init_from);
-  }
-  if (!shape_from_file) {
-    positive("model", "d_model", m.d_model);
-    positive("model", "n_layers", m.n_layers);
-    positive("model", "n_heads", m.n_heads);
-    if (m.vocab_size < 0) user_error("config: [model] vocab_size must be >= 0, got {}", m.vocab_size);
-    if (m.n_kv_heads < 0) user_error("config: [model] n_kv_heads must be >= 0, got {}", m.n_kv_heads);
-    if (m.d_ff < 0) user_error("config: [model] d_ff must be >= 0 (0 = 8/3 d_model), got {}", m.d_ff);
-    if (m.d_model % m.n_heads != 0)
-      user_error("config: [model] d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads);
-    if (m.n_heads % m.kv_heads() != 0)
-      user_error("config: [model] n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads,
-                 m.kv_heads());
-    if (m.head_dim() % 2 != 0)
-      user_error("config: [model] head dimension d_model/n_heads = {} must be even for rotary embeddings",
-                 m.head_dim());
-    positive("model", "max_seq_len", m.max_seq_len);
-    if (m.rope_theta <= 0) user_error("config: [model] rope_theta must be positive");
-    if (m.norm_eps <= 0) user_error("config: [model] norm_eps must be positive");
-  }
-  if (m.init_std < 0) user_error("config: [model] init_std must be >= 0, got {}", m.init_std);
-  const TrainConfig& t = c.train;
-  positive("train", "steps", t.steps);
-  if (t.checkpoint_every < 0) user_error("config: [train] checkpoint_every must be >= 0");
-  if (t.keep_checkpoints < 0) user_error("config: [train] keep_checkpoints must be >= 0");
-  positive("train", "batch_size", t.batch_size);
-  positive("train", "seq_len", t.seq_len);
-  positive("train", "grad_accum", t.grad_accum);
-  positive("train", "log_every", t.log_every);
-  positive("train", "val_batches", t.val_batches);
-  if (t.lr <= 0) user_error("config: [train] lr must be positive, got {}", t.lr);
-  if (t.warmup_steps < 0) user_error("config: [train] warmup_steps must be >= 0");
-  if (t.min_lr_ratio < 0 || t.min_lr_ratio > 1)
-    user_error("config: [train] min_lr_ratio must be in [0, 1], got {}", t.min_lr_ratio);
-  if (t.grad_clip < 0) user_error("config: [train] grad_clip must be >= 0");
-  if (t.peak_tflops < 0) user_error("config: [train] peak_tflops must be >= 0 (0 = from the GPU's name)");
-  if (t.val_every < 0) user_error("config: [train] val_every must be >= 0");
-  if (t.threads < 0) user_error("config: [train] threads must be >= 0");
-  if (t.run_dir.empty()) user_error("config: [train] run_dir must not be empty");
-  if (t.dtype != "fp32" && t.dtype != "bf16")
-    user_error("config: [train] dtype: expected \"fp32\" or \"bf16\", got \"{}\"", t.dtype);
-  if (t.device != "cpu" && t.device != "cuda" && t.device != "auto")
-    user_error("config: [train] device: expected \"cpu\", \"cuda\" or \"auto\", got \"{}\"", t.device);
-  if (!shape_from_file && t.seq_len > m.max_seq_len)
-    user_error("config: [train] seq_len ({}) exceeds [model] max_seq_len ({})", t.seq_len, m.max_seq_len);
-  const OptimConfig& o = c.optim;
-  if (o.impl != "torch" && o.impl != "fused")
-    user_error("config: [optim] impl: expected \"fused\" or \"torch\", got \"{}\"", o.impl);
-  const BcdConfig& b = c.bcd;
-  if (o.impl == "torch" && (b.enabled || t.dtype != "fp32"))
-    user_error("config: [optim] impl = \"torch\" supports only full-parameter fp32 training; use \"fused\"");
-  positive("bcd", "switch_every", b.switch_every);
-  positive("bcd", "layers_per_block", b.layers_per_block);
-  if (b.order != "random" && b.order != "ascending" && b.order != "descending" && b.order != "fixed")
-    user_error("config: [bcd] order: expected random, ascending, descending or fixed, got \"{}\"", b.order);
-  if (b.order == "fixed" && b.fixed_order.empty())
-    user_error("config: [bcd] fixed_order must list block names when order = \"fixed\"");
-  if (b.blocks != "layer" && b.blocks != "attn_mlp" && b.blocks != "whole")
-    user_error("config: [bcd] blocks: expected layer, attn_mlp or whole, got \"{}\"", b.blocks);
-  if (b.blocks == "attn_mlp" && b.layers_per_block != 1)
-    user_error("config: [bcd] layers_per_block must be 1 with blocks = \"attn_mlp\"");
-  if (b.state_on_switch != "keep" && b.state_on_switch != "reset")
-    user_error("config: [bcd] state_on_switch: expected keep or reset, got \"{}\"", b.state_on_switch);
-  if (b.visit_warmup < 0 || (b.enabled && b.visit_warmup >= b.switch_every))
-    user_error("config: [bcd] visit_warmup: expected 0 up to switch_every - 1 ({}), got {}", b.switch_every - 1, b.visit_warmup);
+  if (!hf_config.empty() || !init_from.empty()) return;
+  positive("model", "d_model", d_model);
+  positive("model", "n_layers", n_layers);
+  positive("model", "n_heads", n_heads);
+  if (vocab_size < 0) user_error("config: [model] vocab_size must be >= 0, got {}", vocab_size);
+  if (n_kv_heads < 0) user_error("config: [model] n_kv_heads must be >= 0, got {}", n_kv_heads);
+  if (d_ff < 0) user_error("config: [model] d_ff must be >= 0 (0 = 8/3 d_model), got {}", d_ff);
+  if (d_model % n_heads != 0)
+    user_error("config: [model] d_model ({}) must be divisible by n_heads ({})", d_model, n_heads);
+  if (n_heads % kv_heads() != 0)
+    user_error("config: [model] n_heads ({}) must be divisible by n_kv_heads ({})", n_heads, kv_heads());
+  if (head_dim() % 2 != 0)
+    user_error("config: [model] head dimension d_model/n_heads = {} must be even for rotary embeddings", head_dim());
+  positive("model", "max_seq_len", max_seq_len);
+  if (rope_theta <= 0) user_error("config: [model] rope_theta must be positive");
+  if (norm_eps <= 0) user_error("config: [model] norm_eps must be positive");
+}
+
+void TrainConfig::validate() const {
+  positive("train", "steps", steps);
+  if (checkpoint_every < 0) user_error("config: [train] checkpoint_every must be >= 0");
+  if (keep_checkpoints < 0) user_error("config: [train] keep_checkpoints must be >= 0");
+  positive("train", "batch_size", batch_size);
+  positive("train", "seq_len", seq_len);
+  positive("train", "grad_accum", grad_accum);
+  positive("train", "log_every", log_every);
+  positive("train", "val_batches", val_batches);
+  if (lr <= 0) user_error("config: [train] lr must be positive, got {}", lr);
+  if (warmup_steps < 0) user_error("config: [train] warmup_steps must be >= 0");
+  if (min_lr_ratio < 0 || min_lr_ratio > 1)
+    user_error("config: [train] min_lr_ratio must be in [0, 1], got {}", min_lr_ratio);
+  if (grad_clip < 0) user_error("config: [train] grad_clip must be >= 0");
+  if (peak_tflops < 0) user_error("config: [train] peak_tflops must be >= 0 (0 = from the GPU's name)");
+  if (val_every < 0) user_error("config: [train] val_every must be >= 0");
+  if (threads < 0) user_error("config: [train] threads must be >= 0");
+  if (run_dir.empty()) user_error("config: [train] run_dir must not be empty");
+}
+
+void OptimConfig::validate() const {
   // The AdamW kernels take the betas in fp32: 0.99999999 would round to 1 there.
-  if (o.beta1 < 0 || static_cast<float>(o.beta1) >= 1)
-    user_error("config: [optim] beta1 must be in [0, 1) in single precision, got {}", o.beta1);
-  if (o.beta2 < 0 || static_cast<float>(o.beta2) >= 1)
-    user_error("config: [optim] beta2 must be in [0, 1) in single precision, got {}", o.beta2);
-  if (o.eps <= 0) user_error("config: [optim] eps must be positive");
-  if (o.weight_decay < 0) user_error("config: [optim] weight_decay must be >= 0");
-  const MemoryConfig& mem = c.memory;
-  positive("memory", "prefetch_depth", mem.prefetch_depth);
-  if (mem.home != "auto" && mem.home != "host" && mem.home != "nvme")
-    user_error("config: [memory] home: expected auto, host or nvme, got \"{}\"", mem.home);
-  for (const auto& p : mem.nvme_paths)
+  if (beta1 < 0 || static_cast<float>(beta1) >= 1)
+    user_error("config: [optim] beta1 must be in [0, 1) in single precision, got {}", beta1);
+  if (beta2 < 0 || static_cast<float>(beta2) >= 1)
+    user_error("config: [optim] beta2 must be in [0, 1) in single precision, got {}", beta2);
+  if (eps <= 0) user_error("config: [optim] eps must be positive");
+  if (weight_decay < 0) user_error("config: [optim] weight_decay must be >= 0");
+}
+
+void BcdConfig::validate() const {
+  positive("bcd", "switch_every", switch_every);
+  positive("bcd", "layers_per_block", layers_per_block);
+  if (order == BlockOrder::kFixed && fixed_order.empty())
+    user_error("config: [bcd] fixed_order must list block names when order = \"fixed\"");
+  if (blocks == BlockKind::kAttnMlp && layers_per_block != 1)
+    user_error("config: [bcd] layers_per_block must be 1 with blocks = \"attn_mlp\"");
+  if (visit_warmup < 0 || (enabled && visit_warmup >= switch_every))
+    user_error("config: [bcd] visit_warmup: expected 0 up to switch_every - 1 ({}), got {}", switch_every - 1, visit_warmup);
+}
+
+void DataConfig::validate() const {
+  if (!paths.empty() && !path.empty())
+    user_error("config: [data] has both path and paths; give path for one dataset, paths for a mixture");
+  if (paths.empty() && !weights.empty())
+    user_error("config: [data] weights are given without paths (they weigh paths' datasets)");
+  if (!weights.empty() && weights.size() != paths.size())
+    user_error("config: [data] weights holds {} numbers for {} paths, expected one weight per path (or none: equal)",
+               weights.size(), paths.size());
+  for (double w : weights)
+    if (!(w > 0) || w > 1e12)
+      user_error("config: [data] weights: {} is not a weight, expected positive numbers (relative shares, at most 1e12)", w);
+}
+
+void SampleConfig::validate() const {
+  if (max_new_tokens < 0) user_error("config: [sample] max_new_tokens must be >= 0");
+  if (temperature < 0) user_error("config: [sample] temperature must be >= 0");
+  if (top_k < 0) user_error("config: [sample] top_k must be >= 0");
+  if (top_p <= 0 || top_p > 1) user_error("config: [sample] top_p must be in (0, 1]");
+}
+
+void MemoryConfig::validate() const {
+  positive("memory", "prefetch_depth", prefetch_depth);
+  for (const auto& p : nvme_paths)
     if (p.empty()) user_error("config: [memory] nvme_paths: an entry is empty");
-  if (mem.stream_weights != "auto" && mem.stream_weights != "on" && mem.stream_weights != "off")
-    user_error("config: [memory] stream_weights: expected auto, on or off, got \"{}\"", mem.stream_weights);
-  if (mem.stream_home != "auto" && mem.stream_home != "host" && mem.stream_home != "nvme")
-    user_error("config: [memory] stream_home: expected auto, host or nvme, got \"{}\"", mem.stream_home);
-  if (mem.stream_depth < 2 || mem.stream_depth > 16)
-    user_error("config: [memory] stream_depth: expected 2 to 16 window buffers, got {}", mem.stream_depth);
-  if (!(mem.stream_gbps >= 0) || mem.stream_gbps > 1e6)
-    user_error("config: [memory] stream_gbps: expected GB/s >= 0 (0: by device), got {}", mem.stream_gbps);
-  if (!(mem.stream_nvme_gbps >= 0) || mem.stream_nvme_gbps > 1e6)
-    user_error("config: [memory] stream_nvme_gbps: expected GB/s >= 0 (0: by device), got {}", mem.stream_nvme_gbps);
-  if (!(mem.stream_tflops >= 0) || mem.stream_tflops > 1e6)
-    user_error("config: [memory] stream_tflops: expected TFLOP/s >= 0 (0: by device), got {}", mem.stream_tflops);
-  const DistConfig& d = c.dist;
-  if (d.backend != "auto" && d.backend != "gloo" && d.backend != "nccl")
-    user_error("config: [dist] backend: expected auto, gloo or nccl, got \"{}\"", d.backend);
-  positive("dist", "timeout_s", d.timeout_s);
-  if (d.bucket_bytes.is_auto || d.bucket_bytes.value < 4096)
+  if (stream_depth < 2 || stream_depth > 16)
+    user_error("config: [memory] stream_depth: expected 2 to 16 window buffers, got {}", stream_depth);
+  if (!(stream_gbps >= 0) || stream_gbps > 1e6)
+    user_error("config: [memory] stream_gbps: expected GB/s >= 0 (0: by device), got {}", stream_gbps);
+  if (!(stream_nvme_gbps >= 0) || stream_nvme_gbps > 1e6)
+    user_error("config: [memory] stream_nvme_gbps: expected GB/s >= 0 (0: by device), got {}", stream_nvme_gbps);
+  if (!(stream_tflops >= 0) || stream_tflops > 1e6)
+    user_error("config: [memory] stream_tflops: expected TFLOP/s >= 0 (0: by device), got {}", stream_tflops);
+}
+
+void DistConfig::validate() const {
+  positive("dist", "timeout_s", timeout_s);
+  if (bucket_bytes.is_auto || bucket_bytes.value < 4096)
     user_error("config: [dist] bucket_bytes must be a size of at least 4KiB");
-  const SampleConfig& s = c.sample;
-  if (s.max_new_tokens < 0) user_error("config: [sample] max_new_tokens must be >= 0");
-  if (s.temperature < 0) user_error("config: [sample] temperature must be >= 0");
-  if (s.top_k < 0) user_error("config: [sample] top_k must be >= 0");
-  if (s.top_p <= 0 || s.top_p > 1) user_error("config: [sample] top_p must be in (0, 1]");
-  // The names io/chat.h knows (this floor cannot ask it), so a typo stops the run before it trains.
-  static const std::set<std::string> kChat = {"auto", "none", "plain", "llama2", "llama3", "chatml"};
-  if (!kChat.count(s.chat_template))
-    user_error("config: [sample] chat_template: expected auto, none, plain, llama2, llama3 or chatml, got \"{}\"",
-               s.chat_template);
+  if (nproc < 1 || nproc > 1024) user_error("config: [dist] nproc: expected 1 to 1024 ranks per machine, got {}", nproc);
+}
+
+void validate_config(const Config& c) {
+  Config sections = c;  // visit_sections visits for writing too; validate() only reads
+  auto each = [](const char*, const auto& section) { section.validate(); };
+  sections.visit_sections(each);
+  // Across sections.
+  if (c.optim.impl == OptimImpl::kTorch && (c.bcd.enabled || c.train.dtype != Dtype::kFp32))
+    user_error("config: [optim] impl = \"torch\" supports only full-parameter fp32 training; use \"fused\"");
+  if (c.optim.impl == OptimImpl::kTorch && c.train.checkpoint_every > 0)
+    user_error("config: [train] checkpoint_every: checkpoints need [optim] impl = \"fused\" (got \"torch\")");
+}
+
+namespace {
+struct ResumeLister {
+  std::string section;
+  std::vector<std::pair<std::string, Resume>> out;
+  template <class T>
+  void operator()(const char* key, T&, const char*, Resume r) {
+    out.emplace_back(section + "." + key, r);
+  }
+};
+}  // namespace
+
+std::vector<std::pair<std::string, Resume>> resume_classes() {
+  ResumeLister lister;
+  Config cfg;
+  auto each = [&](const char* name, auto& section) {
+    lister.section = name;
+    section.visit(lister);
+  };
+  cfg.visit_sections(each);
+  return lister.out;
 }
 
 std::string config_to_toml(Config& cfg) {

@@ -2,11 +2,90 @@
 // Loading rejects unknown keys and wrong types, naming the file (or flag) and the key.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace bcd {
+
+// ---- Closed sets ----
+// A key that takes one of a few names is an enum, parsed when the config is loaded: past loading
+// no code compares those names. Choices<E>::names are the TOML names of E's values, in order.
+template <class E>
+struct Choices;
+
+enum class Dtype { kFp32, kBf16 };                             // train.dtype: the working weights'
+enum class DeviceChoice { kCpu, kCuda, kAuto };                 // train.device
+enum class OptimImpl { kFused, kTorch };                        // optim.impl
+enum class BlockOrder { kRandom, kAscending, kDescending, kFixed };  // bcd.order
+enum class BlockKind { kLayer, kAttnMlp, kWhole };             // bcd.blocks: what a block is
+enum class StateOnSwitch { kKeep, kReset };                     // bcd.state_on_switch
+enum class Home { kAuto, kHost, kNvme };                        // memory.home, memory.stream_home
+enum class StreamWeights { kAuto, kOn, kOff };                  // memory.stream_weights
+enum class Backend { kAuto, kGloo, kNccl };                     // dist.backend
+enum class ChatTemplate { kPlain, kLlama2, kLlama3, kChatML };  // how a conversation is laid out (data/chat.h)
+// sample.chat_template: auto (the dataset's template, when it holds instruction data), none
+// (prompts are text to continue), or one template.
+enum class SampleChat { kAuto, kNone, kPlain, kLlama2, kLlama3, kChatML };
+
+template <> struct Choices<Dtype> { static constexpr const char* names[] = {"fp32", "bf16"}; };
+template <> struct Choices<DeviceChoice> { static constexpr const char* names[] = {"cpu", "cuda", "auto"}; };
+template <> struct Choices<OptimImpl> { static constexpr const char* names[] = {"fused", "torch"}; };
+template <> struct Choices<BlockOrder> { static constexpr const char* names[] = {"random", "ascending", "descending", "fixed"}; };
+template <> struct Choices<BlockKind> { static constexpr const char* names[] = {"layer", "attn_mlp", "whole"}; };
+template <> struct Choices<StateOnSwitch> { static constexpr const char* names[] = {"keep", "reset"}; };
+template <> struct Choices<Home> { static constexpr const char* names[] = {"auto", "host", "nvme"}; };
+template <> struct Choices<StreamWeights> { static constexpr const char* names[] = {"auto", "on", "off"}; };
+template <> struct Choices<Backend> { static constexpr const char* names[] = {"auto", "gloo", "nccl"}; };
+template <> struct Choices<ChatTemplate> { static constexpr const char* names[] = {"plain", "llama2", "llama3", "chatml"}; };
+template <> struct Choices<SampleChat> {
+  static constexpr const char* names[] = {"auto", "none", "plain", "llama2", "llama3", "chatml"};
+};
+
+template <class E, class = void>
+struct is_choice : std::false_type {};
+template <class E>
+struct is_choice<E, std::void_t<decltype(Choices<E>::names)>> : std::true_type {};
+
+template <class E>
+const char* name_of(E e) {
+  return Choices<E>::names[static_cast<size_t>(e)];
+}
+template <class E>
+std::optional<E> parse_choice(std::string_view name) {
+  for (size_t i = 0; i < std::size(Choices<E>::names); ++i)
+    if (name == Choices<E>::names[i]) return static_cast<E>(i);
+  return std::nullopt;
+}
+// The names for a message: "\"fp32\" or \"bf16\"".
+template <class E>
+std::string choice_list() {
+  std::string out;
+  const size_t n = std::size(Choices<E>::names);
+  for (size_t i = 0; i < n; ++i)
+    out += (i == 0 ? "" : i + 1 == n ? " or " : ", ") + std::string("\"") + Choices<E>::names[i] + "\"";
+  return out;
+}
+
+// The template a sample.chat_template names, or none for auto / none.
+inline std::optional<ChatTemplate> named_template(SampleChat c) {
+  if (c == SampleChat::kAuto || c == SampleChat::kNone) return std::nullopt;
+  return static_cast<ChatTemplate>(static_cast<int>(c) - static_cast<int>(SampleChat::kPlain));
+}
+
+// What `train --resume` may do with a key, declared with the key (its visit() call) so that a new
+// key cannot miss it:
+enum class Resume {
+  kFixed,      // the checkpoint's weights, optimizer state and schedule are made of it: refused
+  kChanges,    // changes what the remaining steps compute: applied, with a warning
+  kPlacement,  // where and how the run goes (paths, logging, memory, threads, device, ranks): applied
+};
 
 // A byte count from the config: a size with units ("24GiB", "1.5GB"), an integer, or "auto"
 // (value then resolved by whoever reads it; see MemoryConfig).
@@ -32,23 +111,24 @@ struct ModelConfig {
   double init_std = 0.02;         // std of the normal init; output projections scaled by 1/sqrt(2L)
   bool activation_checkpointing = false;  // recompute each layer's activations in backward
 
+  void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("hf_config", hf_config, "HF config.json to take the shape from (llama, mistral, qwen2); fills the fields below");
-    v("init_from", init_from, "initial weights: \"\" = random (init_std); \"hf:DIR\" = a Hugging Face model directory (config.json + safetensors); or a bcdtrain .h5 weights file or checkpoint. The file also gives the shape, unless hf_config is set");
-    v("vocab_size", vocab_size, "vocabulary size; 0 = the dataset tokenizer's");
-    v("d_model", d_model, "hidden size (HF hidden_size)");
-    v("n_layers", n_layers, "decoder layers (HF num_hidden_layers)");
-    v("n_heads", n_heads, "attention heads (HF num_attention_heads)");
-    v("n_kv_heads", n_kv_heads, "key/value heads for grouped-query attention; 0 = n_heads");
-    v("d_ff", d_ff, "SwiGLU hidden size (HF intermediate_size); 0 = 8/3 d_model rounded up to 64");
-    v("max_seq_len", max_seq_len, "longest sequence the model accepts");
-    v("rope_theta", rope_theta, "rotary embedding base");
-    v("norm_eps", norm_eps, "RMSNorm epsilon");
-    v("qkv_bias", qkv_bias, "bias on the q/k/v projections (Qwen2 style)");
-    v("tie_embeddings", tie_embeddings, "LM head shares the embedding matrix");
-    v("init_std", init_std, "std of the normal init; output projections scaled by 1/sqrt(2 n_layers)");
-    v("activation_checkpointing", activation_checkpointing, "recompute each layer's activations during backward");
+    v("hf_config", hf_config, "HF config.json to take the shape from (llama, mistral, qwen2); fills the fields below", Resume::kFixed);
+    v("init_from", init_from, "initial weights: \"\" = random (init_std); \"hf:DIR\" = a Hugging Face model directory (config.json + safetensors); or a bcdtrain .h5 weights file or checkpoint. The file also gives the shape, unless hf_config is set", Resume::kPlacement);
+    v("vocab_size", vocab_size, "vocabulary size; 0 = the dataset tokenizer's", Resume::kFixed);
+    v("d_model", d_model, "hidden size (HF hidden_size)", Resume::kFixed);
+    v("n_layers", n_layers, "decoder layers (HF num_hidden_layers)", Resume::kFixed);
+    v("n_heads", n_heads, "attention heads (HF num_attention_heads)", Resume::kFixed);
+    v("n_kv_heads", n_kv_heads, "key/value heads for grouped-query attention; 0 = n_heads", Resume::kFixed);
+    v("d_ff", d_ff, "SwiGLU hidden size (HF intermediate_size); 0 = 8/3 d_model rounded up to 64", Resume::kFixed);
+    v("max_seq_len", max_seq_len, "longest sequence the model accepts", Resume::kChanges);
+    v("rope_theta", rope_theta, "rotary embedding base", Resume::kChanges);
+    v("norm_eps", norm_eps, "RMSNorm epsilon", Resume::kChanges);
+    v("qkv_bias", qkv_bias, "bias on the q/k/v projections (Qwen2 style)", Resume::kFixed);
+    v("tie_embeddings", tie_embeddings, "LM head shares the embedding matrix", Resume::kFixed);
+    v("init_std", init_std, "std of the normal init; output projections scaled by 1/sqrt(2 n_layers)", Resume::kPlacement);
+    v("activation_checkpointing", activation_checkpointing, "recompute each layer's activations during backward", Resume::kPlacement);
   }
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
@@ -81,62 +161,64 @@ struct TrainConfig {
   int64_t threads = 0;            // CPU threads for compute; 0 = all cores
   int64_t checkpoint_every = 0;   // checkpoint every N steps (and on SIGINT/SIGTERM); 0 = only on signals
   int64_t keep_checkpoints = 3;   // newest checkpoints kept; 0 = all
-  std::string dtype = "fp32";     // working weights dtype
-  std::string device = "cpu";     // compute device: cpu, cuda, auto (cuda when usable)
+  Dtype dtype = Dtype::kFp32;     // working weights dtype
+  DeviceChoice device = DeviceChoice::kCpu;  // compute device: cpu, cuda, auto (cuda when usable)
   double peak_tflops = 0;         // the device's peak TFLOP/s for MFU; 0 = known GPUs' data sheet
   bool save_model = true;         // write model.h5 and samples.txt at the end (false: measurements)
-  bool plot = false;              // draw <run_dir>/plots (scripts/plot.sh) when the run ends
+  bool plot = false;              // draw <run_dir>/plots (runtime/plots.h) when the run ends
 
+  void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("steps", steps, "optimizer steps");
-    v("batch_size", batch_size, "sequences per micro-batch");
-    v("seq_len", seq_len, "tokens per sequence");
-    v("grad_accum", grad_accum, "micro-batches per optimizer step");
-    v("lr", lr, "peak learning rate");
-    v("warmup_steps", warmup_steps, "linear warmup steps");
-    v("min_lr_ratio", min_lr_ratio, "cosine schedule decays to lr * min_lr_ratio");
-    v("grad_clip", grad_clip, "clip the global gradient norm to this; 0 = off");
-    v("run_dir", run_dir, "output directory: config.toml, metrics.jsonl, model.h5, samples.txt");
-    v("seed", seed, "seed for init, data order and sampling");
-    v("val_every", val_every, "validation loss every N steps (always at the end); 0 = only at the end");
-    v("val_batches", val_batches, "validation micro-batches per evaluation");
-    v("log_every", log_every, "progress line and metrics.jsonl record every N steps");
-    v("threads", threads, "CPU compute threads; 0 = all cores");
-    v("checkpoint_every", checkpoint_every, "write <run_dir>/checkpoints/step-N.h5 every N steps (always on SIGINT/SIGTERM); 0 = only on those signals");
-    v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run_dir>/checkpoints; 0 = all");
-    v("dtype", dtype, "working weights dtype: fp32, or bf16 (with an fp32 master copy per block)");
-    v("device", device, "compute device: \"cpu\", \"cuda\" (the compute tier is GPU memory; needs a CUDA build and device), or \"auto\" (cuda when usable)");
-    v("save_model", save_model, "write <run_dir>/model.h5 and samples.txt when the run ends; false for measuring runs (a 7B model.h5 is 27 GB)");
-    v("peak_tflops", peak_tflops, "the device's dense peak TFLOP/s in the working dtype, for the MFU in metrics.jsonl; 0 = from a table of known GPUs (none on the CPU)");
-    v("plot", plot, "when the run ends (finished or stopped by a signal), draw its PNGs into <run_dir>/plots with scripts/plot.sh (needs gnuplot; without it a warning)");
+    v("steps", steps, "optimizer steps", Resume::kChanges);
+    v("batch_size", batch_size, "sequences per micro-batch", Resume::kChanges);
+    v("seq_len", seq_len, "tokens per sequence", Resume::kChanges);
+    v("grad_accum", grad_accum, "micro-batches per optimizer step", Resume::kChanges);
+    v("lr", lr, "peak learning rate", Resume::kChanges);
+    v("warmup_steps", warmup_steps, "linear warmup steps", Resume::kChanges);
+    v("min_lr_ratio", min_lr_ratio, "cosine schedule decays to lr * min_lr_ratio", Resume::kChanges);
+    v("grad_clip", grad_clip, "clip the global gradient norm to this; 0 = off", Resume::kChanges);
+    v("run_dir", run_dir, "output directory: config.toml, metrics.jsonl, model.h5, samples.txt", Resume::kPlacement);
+    v("seed", seed, "seed for init, data order and sampling", Resume::kFixed);
+    v("val_every", val_every, "validation loss every N steps (always at the end); 0 = only at the end", Resume::kPlacement);
+    v("val_batches", val_batches, "validation micro-batches per evaluation", Resume::kPlacement);
+    v("log_every", log_every, "progress line and metrics.jsonl record every N steps", Resume::kPlacement);
+    v("threads", threads, "CPU compute threads; 0 = all cores", Resume::kPlacement);
+    v("checkpoint_every", checkpoint_every, "write <run_dir>/checkpoints/step-N.h5 every N steps (always on SIGINT/SIGTERM); 0 = only on those signals", Resume::kPlacement);
+    v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run_dir>/checkpoints; 0 = all", Resume::kPlacement);
+    v("dtype", dtype, "working weights dtype: fp32, or bf16 (with an fp32 master copy per block)", Resume::kFixed);
+    v("device", device, "compute device: \"cpu\", \"cuda\" (the compute tier is GPU memory; needs a CUDA build and device), or \"auto\" (cuda when usable)", Resume::kPlacement);
+    v("save_model", save_model, "write <run_dir>/model.h5 and samples.txt when the run ends; false for measuring runs (a 7B model.h5 is 27 GB)", Resume::kPlacement);
+    v("peak_tflops", peak_tflops, "the device's dense peak TFLOP/s in the working dtype, for the MFU in metrics.jsonl; 0 = from a table of known GPUs (none on the CPU)", Resume::kPlacement);
+    v("plot", plot, "when the run ends (finished or stopped by a signal), draw its PNGs into <run_dir>/plots (needs gnuplot; without it a warning)", Resume::kPlacement);
   }
 };
 
 struct BcdConfig {
   bool enabled = false;
   int64_t switch_every = 50;
-  std::string order = "random";
+  BlockOrder order = BlockOrder::kRandom;
   std::vector<std::string> fixed_order;
-  std::string blocks = "layer";
+  BlockKind blocks = BlockKind::kLayer;
   int64_t layers_per_block = 1;
   bool include_embed = true;
   bool include_head = true;
-  std::string state_on_switch = "keep";
+  StateOnSwitch state_on_switch = StateOnSwitch::kKeep;
   int64_t visit_warmup = 0;       // LR warmup steps at the start of every visit; 0 = none
 
+  void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("enabled", enabled, "train one block at a time (block coordinate descent); false = full-parameter AdamW");
-    v("switch_every", switch_every, "optimizer steps per visit of a block (K)");
-    v("order", order, "block order: random (new permutation each block-epoch, seeded), ascending, descending, fixed");
-    v("fixed_order", fixed_order, "block names in visiting order for order = \"fixed\" (e.g. [\"head\", \"layer.1\"])");
-    v("blocks", blocks, "what a block is: layer (embed, each layer group, head), attn_mlp (attention and MLP halves), whole (one block: the model)");
-    v("layers_per_block", layers_per_block, "decoder layers per block with blocks = \"layer\"");
-    v("include_embed", include_embed, "train the embedding as a block (else it stays frozen)");
-    v("include_head", include_head, "train the head (final norm + LM head) as a block (else it stays frozen)");
-    v("state_on_switch", state_on_switch, "Adam moments on switch: keep (persist between visits) or reset (dropped, as BAdam)");
-    v("visit_warmup", visit_warmup, "the first N steps of every visit ramp the LR linearly up to the schedule's (step i of a visit takes (i+1)/(N+1) of it), so a block's first updates from fresh or stale moments are small; 0 = off; fewer than switch_every");
+    v("enabled", enabled, "train one block at a time (block coordinate descent); false = full-parameter AdamW", Resume::kFixed);
+    v("switch_every", switch_every, "optimizer steps per visit of a block (K)", Resume::kChanges);
+    v("order", order, "block order: random (new permutation each block-epoch, seeded), ascending, descending, fixed", Resume::kFixed);
+    v("fixed_order", fixed_order, "block names in visiting order for order = \"fixed\" (e.g. [\"head\", \"layer.1\"])", Resume::kFixed);
+    v("blocks", blocks, "what a block is: layer (embed, each layer group, head), attn_mlp (attention and MLP halves), whole (one block: the model)", Resume::kFixed);
+    v("layers_per_block", layers_per_block, "decoder layers per block with blocks = \"layer\"", Resume::kFixed);
+    v("include_embed", include_embed, "train the embedding as a block (else it stays frozen)", Resume::kFixed);
+    v("include_head", include_head, "train the head (final norm + LM head) as a block (else it stays frozen)", Resume::kFixed);
+    v("state_on_switch", state_on_switch, "Adam moments on switch: keep (persist between visits) or reset (dropped, as BAdam)", Resume::kFixed);
+    v("visit_warmup", visit_warmup, "the first N steps of every visit ramp the LR linearly up to the schedule's (step i of a visit takes (i+1)/(N+1) of it), so a block's first updates from fresh or stale moments are small; 0 = off; fewer than switch_every", Resume::kChanges);
   }
 };
 
@@ -145,15 +227,16 @@ struct OptimConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  std::string impl = "fused";     // AdamW implementation
+  OptimImpl impl = OptimImpl::kFused;  // AdamW implementation
 
+  void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("beta1", beta1, "AdamW beta1");
-    v("beta2", beta2, "AdamW beta2");
-    v("eps", eps, "AdamW epsilon");
-    v("weight_decay", weight_decay, "decoupled weight decay (applied to matrices, not norms/biases)");
-    v("impl", impl, "AdamW implementation: fused (one SIMD/CUDA pass per block segment) or torch (torch::optim::AdamW; full-parameter fp32 only)");
+    v("beta1", beta1, "AdamW beta1", Resume::kChanges);
+    v("beta2", beta2, "AdamW beta2", Resume::kChanges);
+    v("eps", eps, "AdamW epsilon", Resume::kChanges);
+    v("weight_decay", weight_decay, "decoupled weight decay (applied to matrices, not norms/biases)", Resume::kChanges);
+    v("impl", impl, "AdamW implementation: fused (one SIMD/CUDA pass per block segment) or torch (torch::optim::AdamW; full-parameter fp32 only)", Resume::kFixed);
   }
 };
 
@@ -165,13 +248,14 @@ struct DataConfig {
   // path, or paths' first (the dataset whose tokenizer and attributes the run reports)
   const std::string& first() const { return paths.empty() ? path : paths.front(); }
 
+  void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("path", path, "dataset directory written by `bcdtrain prepare`");
+    v("path", path, "dataset directory written by `bcdtrain prepare`", Resume::kChanges);
     v("paths", paths,
       "instead of path: several dataset directories (prepared with one tokenizer) mixed by `weights`; "
-      "each keeps its own resumable position");
-    v("weights", weights, "`paths`' shares of the training (and validation) windows; empty = equal shares");
+      "each keeps its own resumable position", Resume::kChanges);
+    v("weights", weights, "`paths`' shares of the training (and validation) windows; empty = equal shares", Resume::kChanges);
   }
 };
 
@@ -181,16 +265,17 @@ struct SampleConfig {
   double temperature = 0.8;
   int64_t top_k = 40;
   double top_p = 0.95;
-  std::string chat_template = "auto";
+  SampleChat chat_template = SampleChat::kAuto;
 
+  void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("prompts", prompts, "prompts for the samples printed at the end of training");
-    v("chat_template", chat_template, "prompts are user turns laid out by this template (plain, llama2, llama3, chatml); \"auto\" = the dataset's when it holds instruction data; \"none\" = prompts are text to continue");
-    v("max_new_tokens", max_new_tokens, "tokens generated per sample");
-    v("temperature", temperature, "sampling temperature; 0 = greedy");
-    v("top_k", top_k, "keep the k most likely tokens; 0 = off");
-    v("top_p", top_p, "nucleus sampling mass; 1 = off");
+    v("prompts", prompts, "prompts for the samples printed at the end of training", Resume::kPlacement);
+    v("chat_template", chat_template, "prompts are user turns laid out by this template (plain, llama2, llama3, chatml); \"auto\" = the dataset's when it holds instruction data; \"none\" = prompts are text to continue", Resume::kPlacement);
+    v("max_new_tokens", max_new_tokens, "tokens generated per sample", Resume::kPlacement);
+    v("temperature", temperature, "sampling temperature; 0 = greedy", Resume::kPlacement);
+    v("top_k", top_k, "keep the k most likely tokens; 0 = off", Resume::kPlacement);
+    v("top_p", top_p, "nucleus sampling mass; 1 = off", Resume::kPlacement);
   }
 };
 
@@ -204,68 +289,74 @@ struct MemoryConfig {
   Bytes host_bytes;               // all host RAM for model state (the pinned pool included)
   std::vector<std::string> nvme_paths;  // directories of the NVMe tier, striped
   int64_t prefetch_depth = 1;     // units of look-ahead the pinned pool holds
-  std::string home = "auto";      // where inactive master/moments live: auto, host, nvme
+  Home home = Home::kAuto;        // where inactive master/moments live: auto, host, nvme
   Bytes activation_bytes;         // activation memory on the compute device; auto = estimate
   bool keep_nvme_state = false;   // leave the NVMe tier's files when the run ends
   // Frozen decoder layers' working weights streamed from host memory (DESIGN.md §2).
-  std::string stream_weights = "auto";  // auto (only what does not fit), on (every layer), off
-  std::string stream_home = "auto";  // home of streamed weights: auto (host memory first, the rest on NVMe), host, nvme
+  StreamWeights stream_weights = StreamWeights::kAuto;  // auto (only what does not fit), on (every layer), off
+  Home stream_home = Home::kAuto;  // home of streamed weights: auto (host memory first, the rest on NVMe), host, nvme
   int64_t stream_depth = 2;       // compute-tier window buffers for streamed layers (>= 2)
   double stream_gbps = 0;         // host -> compute copy bandwidth the plan assumes; 0 = by device
   double stream_tflops = 0;       // sustained compute the plan assumes; 0 = by device
   double stream_nvme_gbps = 0;    // NVMe read bandwidth the plan assumes for NVMe-homed layers; 0 = by device
   bool accept_slow_stream = false;  // train even when the plan says the stream cannot keep up
 
+  void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("compute_bytes", compute_bytes, "compute-device memory budget (\"24GiB\", bytes, or \"auto\": the GPU's memory on CUDA, the host's MemTotal on the CPU)");
-    v("pinned_bytes", pinned_bytes, "pinned host staging pool (\"auto\": exactly (prefetch_depth + 1) units of master + moments)");
-    v("host_bytes", host_bytes, "host RAM for model state, pinned pool included (\"auto\": MemAvailable)");
-    v("nvme_paths", nvme_paths, "directories of the NVMe tier (state that does not fit host_bytes is striped over them)");
-    v("prefetch_depth", prefetch_depth, "units of look-ahead the pinned staging pool must hold");
-    v("home", home, "home of inactive master weights and moments: auto (host memory first, the rest on NVMe), host, nvme");
-    v("activation_bytes", activation_bytes, "activation memory on the compute device (\"auto\": the planner's estimate)");
+    v("compute_bytes", compute_bytes, "compute-device memory budget (\"24GiB\", bytes, or \"auto\": the GPU's memory on CUDA, the host's MemTotal on the CPU)", Resume::kPlacement);
+    v("pinned_bytes", pinned_bytes, "pinned host staging pool (\"auto\": exactly (prefetch_depth + 1) units of master + moments)", Resume::kPlacement);
+    v("host_bytes", host_bytes, "host RAM for model state, pinned pool included (\"auto\": MemAvailable)", Resume::kPlacement);
+    v("nvme_paths", nvme_paths, "directories of the NVMe tier (state that does not fit host_bytes is striped over them)", Resume::kPlacement);
+    v("prefetch_depth", prefetch_depth, "units of look-ahead the pinned staging pool must hold", Resume::kPlacement);
+    v("home", home, "home of inactive master weights and moments: auto (host memory first, the rest on NVMe), host, nvme", Resume::kPlacement);
+    v("activation_bytes", activation_bytes, "activation memory on the compute device (\"auto\": the planner's estimate)", Resume::kPlacement);
     v("keep_nvme_state", keep_nvme_state,
-      "leave the NVMe tier's extent files when a run ends (else removed: its checkpoints hold the state)");
+      "leave the NVMe tier's extent files when a run ends (else removed: its checkpoints hold the state)", Resume::kPlacement);
     v("stream_weights", stream_weights,
       "frozen decoder layers' working weights live in host memory and stream to the compute tier as they are used: "
-      "auto (only the layers that do not fit the compute budget), on (every decoder layer), off (all resident)");
+      "auto (only the layers that do not fit the compute budget), on (every decoder layer), off (all resident)", Resume::kPlacement);
     v("stream_home", stream_home,
       "home of streamed layers' weights: auto (host memory, one copy per machine, first; the layers that do not fit "
-      "it on the NVMe tier, read through pinned buffers), host, nvme");
-    v("stream_depth", stream_depth, "compute-tier window buffers for streamed layers: 2 = double buffering");
+      "it on the NVMe tier, read through pinned buffers), host, nvme", Resume::kPlacement);
+    v("stream_depth", stream_depth, "compute-tier window buffers for streamed layers: 2 = double buffering", Resume::kPlacement);
     v("stream_gbps", stream_gbps,
-      "host -> compute copy bandwidth in GB/s the plan assumes (0: 25 on CUDA, PCIe 4.0 x16 pinned; 10 on the CPU)");
+      "host -> compute copy bandwidth in GB/s the plan assumes (0: 25 on CUDA, PCIe 4.0 x16 pinned; 10 on the CPU)", Resume::kPlacement);
     v("stream_tflops", stream_tflops,
       "sustained compute in TFLOP/s the plan assumes for hiding the stream (0: half of train.peak_tflops or of a "
-      "known GPU's peak, else 80 on CUDA; 0.1 on the CPU)");
+      "known GPU's peak, else 80 on CUDA; 0.1 on the CPU)", Resume::kPlacement);
     v("stream_nvme_gbps", stream_nvme_gbps,
       "NVMe read bandwidth in GB/s the plan assumes for layers whose weights are homed there (0: 6 on CUDA, a PCIe "
-      "4.0 drive; 2 on the CPU)");
+      "4.0 drive; 2 on the CPU)", Resume::kPlacement);
     v("accept_slow_stream", accept_slow_stream,
-      "train even when the plan says the weight stream cannot keep up with compute (its copies would be exposed)");
+      "train even when the plan says the weight stream cannot keep up with compute (its copies would be exposed)", Resume::kPlacement);
   }
 };
 
 // Data-parallel training (DESIGN.md §6): ranks are processes started by `bcdtrain launch`,
 // torchrun or Slurm; their rank, world size and rendezvous come from the environment.
 struct DistConfig {
-  std::string backend = "auto";   // collectives: auto (nccl on CUDA, gloo on the CPU), gloo, nccl
+  Backend backend = Backend::kAuto;  // collectives: auto (nccl on CUDA, gloo on the CPU), gloo, nccl
   int64_t timeout_s = 300;        // a collective or the rendezvous waiting longer fails the run
   Bytes bucket_bytes{25ull << 20, false};  // the active unit's gradient is reduced in pieces of at most this
   bool overlap_forward = true;    // run the next step's forward below the active unit while the gradient is on the wire
   bool shard_state = true;        // each rank owns 1/N of every unit's master and moments (world size > 1)
+  int64_t nproc = 1;              // ranks per machine this config is written for (plan and launch without --nproc)
 
+  void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("backend", backend, "collectives backend: auto (nccl on CUDA, gloo on the CPU), gloo, nccl");
-    v("timeout_s", timeout_s, "seconds a rendezvous or collective may wait for the other ranks before the run fails");
-    v("bucket_bytes", bucket_bytes, "the active unit's gradient is reduced in buckets of at most this many bytes");
+    v("backend", backend, "collectives backend: auto (nccl on CUDA, gloo on the CPU), gloo, nccl", Resume::kPlacement);
+    v("timeout_s", timeout_s, "seconds a rendezvous or collective may wait for the other ranks before the run fails", Resume::kPlacement);
+    v("bucket_bytes", bucket_bytes, "the active unit's gradient is reduced in buckets of at most this many bytes", Resume::kPlacement);
     v("overlap_forward", overlap_forward,
-      "while the gradient is reduced, run the next step's forward through the frozen blocks below the active unit");
+      "while the gradient is reduced, run the next step's forward through the frozen blocks below the active unit", Resume::kPlacement);
     v("shard_state", shard_state,
       "with several ranks, each owns a contiguous 1/N slice of every unit's master weights and Adam moments "
-      "(updates it, stages it, checkpoints it in a file of its own); false: every rank holds all of it");
+      "(updates it, stages it, checkpoints it in a file of its own); false: every rank holds all of it", Resume::kPlacement);
+    v("nproc", nproc,
+      "data-parallel ranks per machine this config is written for (its [memory] budgets are per rank): "
+      "`bcdtrain plan` plans them and `bcdtrain launch` starts them when --nproc is not given", Resume::kPlacement);
   }
 };
 
@@ -304,6 +395,9 @@ void apply_config_text(Config& cfg, const std::string& toml_text, const std::str
 
 // Checks cross-field constraints (positive sizes, divisibility, known enum values).
 void validate_config(const Config& cfg);
+
+// "section.key" -> its resume class, for every key (from the keys' declarations).
+std::vector<std::pair<std::string, Resume>> resume_classes();
 
 // The whole config as TOML text, every key present (written to <run_dir>/config.toml).
 std::string config_to_toml(Config& cfg);

@@ -101,8 +101,13 @@ Command add_generate(CLI::App& app) {
     std::vector<std::string> prompts = f->prompts;
     if (prompts.empty()) prompts = cfg.sample.prompts;
     if (prompts.empty()) user_error("generate: no --prompt given and the run's [sample] prompts are empty");
-    const std::optional<ChatTemplate> chat =
-        sample_chat_template(f->chat.empty() ? cfg.sample.chat_template : f->chat, cfg.data.first());
+    SampleChat setting = cfg.sample.chat_template;
+    if (!f->chat.empty()) {
+      const std::optional<SampleChat> given = parse_choice<SampleChat>(f->chat);
+      if (!given) user_error("generate: --chat-template: expected {}, got \"{}\"", choice_list<SampleChat>(), f->chat);
+      setting = *given;
+    }
+    const std::optional<ChatTemplate> chat = sample_chat_template(setting, cfg.data.first());
     for (size_t i = 0; i < prompts.size(); ++i) {
       fmt::print("--- sample {} ---\n{}\n", i + 1,
                  chat ? generate_chat(model, tok, *chat, prompts[i], f->so, f->seed + i)

@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 
@@ -17,6 +16,7 @@
 #include "cli/command.h"
 #include "io/checkpoint.h"
 #include "model/hf_config.h"
+#include "runtime/run_setup.h"
 #include "runtime/trainer.h"
 
 namespace bcd::cli {
@@ -36,37 +36,23 @@ std::map<std::string, std::string> flat_config(Config c) {
 }
 
 
-// Overrides that change what the remaining steps compute make a resumed run differ from the
-// uninterrupted one: allowed (e.g. a lower learning rate on purpose), but said.
-// What --resume does with overrides, one rule: keys the checkpoint's state is made of (the model's
-// shape, the BCD units and their order, the working dtype, the optimizer, the seed) cannot change:
-// refused, naming them, before anything runs. Keys that only change what the remaining steps
-// compute (LR schedule, batch, Adam's hyper-parameters, data) are applied with a warning: the run
-// goes on, no longer as the uninterrupted one. The rest (where and how it runs: paths, logging,
-// memory, threads, device, ranks) are applied silently.
+// What --resume does with overrides, one rule read from each key's declaration (its Resume class
+// in base/config.h): keys the checkpoint's state is made of (the model's shape, the BCD units and
+// their order, the working dtype, the optimizer, the seed) cannot change: refused, naming them,
+// before anything runs. Keys that only change what the remaining steps compute (LR schedule,
+// batch, Adam's hyper-parameters, data) are applied with a warning: the run goes on, no longer as
+// the uninterrupted one. The rest (where and how it runs: paths, logging, memory, threads,
+// device, ranks) are applied silently.
 void check_resume_overrides(const std::string& ckpt, const Config& stored, const Config& now) {
-  const std::set<std::string> fixed = {
-      "model.hf_config", "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads",
-      "model.n_kv_heads", "model.d_ff", "model.qkv_bias", "model.tie_embeddings", "train.dtype", "train.seed",
-      "optim.impl", "bcd.enabled", "bcd.order", "bcd.fixed_order", "bcd.blocks", "bcd.layers_per_block",
-      "bcd.include_embed", "bcd.include_head", "bcd.state_on_switch"};
-  const std::set<std::string> harmless = {"train.run_dir", "train.val_every", "train.val_batches",
-                                          "train.log_every", "train.threads", "train.checkpoint_every",
-                                          "train.keep_checkpoints", "train.device", "train.peak_tflops",
-                                          "train.save_model", "train.plot", "model.init_from",
-                                          "model.init_std", "model.activation_checkpointing", "memory.",
-                                          "sample.", "dist."};
-  auto in = [](const std::set<std::string>& set, const std::string& key) {
-    for (const auto& h : set)
-      if (key == h || (h.back() == '.' && key.rfind(h, 0) == 0)) return true;
-    return false;
-  };
+  std::map<std::string, Resume> resume;
+  for (const auto& [key, r] : resume_classes()) resume[key] = r;
   const auto a = flat_config(stored), b = flat_config(now);
   std::string refused, changed;
   for (const auto& [key, value] : b) {
     auto it = a.find(key);
-    if (it == a.end() || it->second == value || in(harmless, key)) continue;
-    std::string& list = in(fixed, key) ? refused : changed;
+    const Resume r = resume.at(key);
+    if (it == a.end() || it->second == value || r == Resume::kPlacement) continue;
+    std::string& list = r == Resume::kFixed ? refused : changed;
     list += fmt::format("{}{} ({} -> {})", list.empty() ? "" : ", ", key, it->second, value);
   }
   if (!refused.empty())
@@ -76,6 +62,14 @@ void check_resume_overrides(const std::string& ckpt, const Config& stored, const
   if (!changed.empty())
     fmt::print(stderr, "bcdtrain: warning: resuming with changed settings: {}; the run continues, but not as the "
                        "uninterrupted run would have\n", changed);
+}
+
+// train --dry-run: the plan a run of `cfg` makes here, printed as `bcdtrain plan` prints it.
+int dry_run(const Config& cfg) {
+  const RunPlan rp = plan_this_run(cfg);
+  fmt::print("{}", format_run_plan(rp));
+  if (!rp.plan.fits) user_error("plan does not fit: {}", rp.plan.why_not);  // as `plan` says it
+  return 0;
 }
 
 int exit_code(const TrainSummary& s) { return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0; }
@@ -142,7 +136,7 @@ int train_resume_auto(const std::string& config_file, const std::vector<std::str
 Command add_train(CLI::App& app) {
   struct Flags {
     std::string config_file, resume;
-    bool quiet = false, overwrite = false;
+    bool quiet = false, overwrite = false, dry_run = false;
   };
   auto f = std::make_shared<Flags>();
   auto* train = app.add_subcommand("train", "train a model: --config FILE [--section.key=value ...]");
@@ -150,12 +144,20 @@ Command add_train(CLI::App& app) {
   train->add_flag("--quiet", f->quiet, "no progress output");
   train->add_flag("--overwrite", f->overwrite,
                   "a fresh run into a run directory holding an earlier run's checkpoints deletes them (else refused)");
+  train->add_flag("--dry-run", f->dry_run,
+                  "set the run up to its memory plan (device, data and tokenizer checked as the run checks them), "
+                  "print the plan as `bcdtrain plan` does, and stop: nothing is allocated or written");
   train->add_option("--resume", f->resume,
                     "continue exactly from a checkpoint: a run directory (its newest checkpoint) or a checkpoint file; "
                     "the config stored in it applies, with --section.key=value overrides on top. auto (with --config): "
                     "continue train.run_dir's run if it has one of this config, else start it");
   auto run = [f](const Overrides& overrides) {
     const std::string& resume = f->resume;
+    if (f->dry_run) {
+      if (!resume.empty()) user_error("train: --dry-run plans a fresh run; it does not go with --resume");
+      if (f->config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");
+      return dry_run(load_config(f->config_file, overrides));
+    }
     if (resume == "auto") {
       if (f->overwrite) user_error("train: --overwrite starts afresh; it does not go with --resume auto");
       return train_resume_auto(f->config_file, overrides, f->quiet);

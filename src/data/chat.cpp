@@ -198,9 +198,6 @@ std::vector<ChatRecord> read_chat_jsonl(const std::string& path, bool skip_bad, 
 
 namespace {
 
-constexpr ChatTemplate kTemplates[] = {ChatTemplate::kPlain, ChatTemplate::kLlama2,
-                                       ChatTemplate::kLlama3, ChatTemplate::kChatML};
-
 // Builds a piece list, merging adjacent text of the same target flag.
 class PieceList {
  public:
@@ -307,22 +304,11 @@ void render_chatml(const Turns& t, PieceList* p) {
 }  // namespace
 
 ChatTemplate chat_template_from_name(const std::string& name) {
-  for (ChatTemplate t : kTemplates) {
-    if (name == chat_template_name(t)) return t;
-  }
+  if (const std::optional<ChatTemplate> t = parse_choice<ChatTemplate>(name)) return *t;
   user_error("unknown chat template \"{}\"; expected one of plain, llama2, llama3, chatml", name);
 }
 
-const char* chat_template_name(ChatTemplate t) {
-  switch (t) {
-    case ChatTemplate::kPlain: return "plain";
-    case ChatTemplate::kLlama2: return "llama2";
-    case ChatTemplate::kLlama3: return "llama3";
-    case ChatTemplate::kChatML: return "chatml";
-  }
-  BCD_CHECK(false, "bad ChatTemplate {}", static_cast<int>(t));
-  return "";
-}
+const char* chat_template_name(ChatTemplate t) { return name_of(t); }
 
 // The special markers (<|eot_id|>, <|im_start|>, [INST], ...) are plain text here: our
 // sentencepiece tokenizers have no user-defined symbols, so each marker is several ordinary

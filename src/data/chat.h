@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/config.h"
 #include "data/tokenizer.h"
 
 namespace bcd {
@@ -48,8 +49,7 @@ std::vector<ChatRecord> read_chat_jsonl(const std::string& path, bool skip_bad, 
 
 // ---- Templates ----
 
-enum class ChatTemplate { kPlain, kLlama2, kLlama3, kChatML };
-
+// ChatTemplate and its names are a closed set of the config (base/config.h).
 // "plain", "llama2", "llama3", "chatml"; anything else is a UserError listing these.
 ChatTemplate chat_template_from_name(const std::string& name);
 const char* chat_template_name(ChatTemplate t);

@@ -136,13 +136,13 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
   const int n_layers = static_cast<int>(model.n_layers);
   std::vector<UnitShape> units;
   // Mirrors make_units (runtime/bcd_scheduler.cpp), which needs a built model.
-  if (!cfg.enabled || cfg.blocks == "whole") {
+  if (!cfg.enabled || cfg.blocks == BlockKind::kWhole) {
     UnitShape u{"model", {}, 0, 0, 0};
     for (int i = 0; i < n_blocks; ++i) u.pieces.push_back({i, ""});
     units.push_back(u);
   } else {
     if (cfg.include_embed) units.push_back({"embed", {{0, ""}}, 0, 0, 0});
-    if (cfg.blocks == "attn_mlp") {
+    if (cfg.blocks == BlockKind::kAttnMlp) {
       for (int l = 0; l < n_layers; ++l)
         for (const char* part : {"attn", "mlp"})
           units.push_back({"layer." + std::to_string(l) + "." + part, {{l + 1, part}}, l, 0, 0});
@@ -171,8 +171,8 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
   return units;
 }
 
-uint64_t rope_table_bytes(const ModelConfig& m, const std::string& dtype) {
-  const uint64_t w = dtype == "bf16" ? 2 : 4;
+uint64_t rope_table_bytes(const ModelConfig& m, Dtype dtype) {
+  const uint64_t w = dtype == Dtype::kBf16 ? 2 : 4;
   return 2 * static_cast<uint64_t>(m.max_seq_len) * static_cast<uint64_t>(m.head_dim()) * w;
 }
 
@@ -200,7 +200,7 @@ ShardRange shard_range(int64_t elems, int rank, int ranks) {
 //   no checkpointing:   n*A + logits
 //   checkpointing:      n * B*T*C*w (each layer's input) + A (one layer recomputed) + logits
 uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, const UnitShape& u, bool fused_attention) {
-  const double w = t.dtype == "bf16" ? 2.0 : 4.0;
+  const double w = t.dtype == Dtype::kBf16 ? 2.0 : 4.0;
   const double bt = static_cast<double>(t.batch_size) * static_cast<double>(t.seq_len);
   const double c = static_cast<double>(m.d_model), f = static_cast<double>(m.ff_dim());
   const double h = static_cast<double>(m.n_heads), tt = static_cast<double>(t.seq_len);
@@ -256,9 +256,9 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   plan.units = unit_shapes(model, bcd);
   plan.params = count_params(model);
   const bool single = plan.units.size() == 1;  // the active unit never changes: all on compute
-  const uint64_t w = train.dtype == "bf16" ? 2 : 4;
-  const bool separate_master = train.dtype != "fp32";  // else the working buffer is the master
-  const bool keep_moments = single || bcd.state_on_switch == "keep";
+  const uint64_t w = train.dtype == Dtype::kBf16 ? 2 : 4;
+  const bool separate_master = train.dtype != Dtype::kFp32;  // else the working buffer is the master
+  const bool keep_moments = single || bcd.state_on_switch == StateOnSwitch::kKeep;
   // Gradient bytes per element: autograd's buffer in the working dtype, plus for bf16 the fp32
   // sum over micro-batches the optimizer reads (model/block.h).
   const uint64_t gw = separate_master ? w + 4 : w;
@@ -307,9 +307,9 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   auto layout = [&](int n) { return stream_layout(shapes, plan.units, n, w, depth, local_ranks); };
   auto need = [&](const StreamPlan& s) { return resident_all - s.home_bytes + s.window_bytes() + s.active_bytes + others; };
   int n_streamed = 0;
-  if (mem.stream_weights == "on") {
+  if (mem.stream_weights == StreamWeights::kOn) {
     n_streamed = n_layers;
-  } else if (mem.stream_weights == "auto" && resident_all + others > plan.compute.budget && n_layers > 0) {
+  } else if (mem.stream_weights == StreamWeights::kAuto && resident_all + others > plan.compute.budget && n_layers > 0) {
     const StreamPlan all = layout(n_layers);
     if (!model.activation_checkpointing) {
       why.push_back("the weights do not fit the compute tier, and streaming frozen layers' weights from host memory "
@@ -365,8 +365,8 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     const uint64_t stage = static_cast<uint64_t>(s.depth + 1) * ((s.slot_bytes + 4095) / 4096 * 4096);
     const uint64_t pinned_units = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
     const uint64_t avail_all = host_all > pinned_units ? host_all - pinned_units : 0;
-    if (mem.stream_home == "nvme" || (mem.stream_home == "auto" && share(s.home_bytes) > avail_all)) {
-      const uint64_t avail = mem.stream_home == "nvme"                 ? 0
+    if (mem.stream_home == Home::kNvme || (mem.stream_home == Home::kAuto && share(s.home_bytes) > avail_all)) {
+      const uint64_t avail = mem.stream_home == Home::kNvme                ? 0
                              : !mem.pinned_bytes.is_auto              ? avail_all
                              : avail_all > stage                      ? avail_all - stage
                                                                       : 0;
@@ -374,7 +374,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
       for (int b = n_layers; b >= 1; --b) {
         if (!s.streamed[b]) continue;
         const uint64_t bytes = static_cast<uint64_t>(shapes[b].numel) * w;
-        if (mem.stream_home == "auto" && share(host + bytes) <= avail) {
+        if (mem.stream_home == Home::kAuto && share(host + bytes) <= avail) {
           host += bytes;
         } else {
           s.home[b] = Tier::kNvme;
@@ -402,8 +402,8 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     const UnitShape& u = plan.units[i];
     const uint64_t bytes = offloaded(u.state_elems);
     Tier home = Tier::kPinned;
-    if (mem.home == "nvme") home = Tier::kNvme;
-    else if (mem.home == "auto" && host_used + bytes > host_units) home = Tier::kNvme;
+    if (mem.home == Home::kNvme) home = Tier::kNvme;
+    else if (mem.home == Home::kAuto && host_used + bytes > host_units) home = Tier::kNvme;
     if (bytes > 0 && home == Tier::kPinned) host_used += bytes;
     plan.unit_home.push_back(home);
     const uint64_t st = own(u.state_elems) * 4;
@@ -451,10 +451,13 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
                               gib(sp.active_bytes))
                 : "";
     why.insert(why.begin(), fmt::format(
-        "compute tier needs {} (working weights {}{} + active unit '{}' master/m/v/grad {} + activations {}) "
+        "compute tier needs {} (working weights {}{} + active unit '{}' master/m/v/grad {} + activations {} ({})) "
         "but memory.compute_bytes is {}",
-        gib(plan.compute.total()), gib(working), streamed, big.name, gib(state),
-        gib(plan.compute.activations), gib(plan.compute.budget)));
+        gib(plan.compute.total()), gib(working), streamed, big.name, gib(state), gib(plan.compute.activations),
+        mem.activation_bytes.is_auto
+            ? fmt::format("estimated for train.batch_size {} x train.seq_len {}", train.batch_size, train.seq_len)
+            : "memory.activation_bytes",
+        gib(plan.compute.budget)));
   }
   if (host_weights > plan.host.budget)
     why.push_back(fmt::format("the streamed weights' host copy needs {} per rank ({} on the machine, shared by {} local "
@@ -470,13 +473,17 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   if (sp.nvme_bytes > 0 && mem.nvme_paths.empty())
     why.push_back(fmt::format("{} of streamed layers' weights are homed on NVMe (memory.stream_home = \"{}\"{}) and "
                               "memory.nvme_paths is empty",
-                              gib(sp.nvme_bytes), mem.stream_home,
-                              mem.stream_home == "auto" ? ": they do not fit host memory" : ""));
+                              gib(sp.nvme_bytes), name_of(mem.stream_home),
+                              mem.stream_home == Home::kAuto ? ": they do not fit host memory" : ""));
   if (plan.pinned.budget > host_all)
-    why.push_back(fmt::format("memory.pinned_bytes {} exceeds memory.host_bytes {}", gib(plan.pinned.budget), gib(host_all)));
+    why.push_back(fmt::format("memory.pinned_bytes {}{} exceeds memory.host_bytes {}", gib(plan.pinned.budget),
+                              mem.pinned_bytes.is_auto
+                                  ? fmt::format(" (auto: memory.prefetch_depth + 1 = {} units)", mem.prefetch_depth + 1)
+                                  : "",
+                              gib(host_all)));
   const std::string after_weights =
       host_weights > 0 ? fmt::format(", less {} for the streamed weights", gib(host_weights)) : "";
-  if (mem.home == "host" && plan.host.total() > plan.host.budget && host_weights <= plan.host.budget)
+  if (mem.home == Home::kHost && plan.host.total() > plan.host.budget && host_weights <= plan.host.budget)
     why.push_back(fmt::format("memory.home = \"host\": master/moments need {} of host memory but {} is left for "
                               "resident copies (memory.host_bytes minus the pinned pool{})",
                               gib(plan.host.total() - host_weights), gib(host_units), after_weights));

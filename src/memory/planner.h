@@ -46,7 +46,7 @@ struct UnitShape {
 std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& bcd);
 
 // LlamaModel's rotary cos and sin tables: 2 x max_seq_len x head_dim in the working dtype.
-uint64_t rope_table_bytes(const ModelConfig& model, const std::string& dtype);
+uint64_t rope_table_bytes(const ModelConfig& model, Dtype dtype);
 
 // The slice of a unit's S state elements that rank `rank` of `ranks` owns when the block state
 // is sharded (dist.shard_state): ceil(S / ranks) elements from rank * ceil(S / ranks), the last

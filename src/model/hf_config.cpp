@@ -35,7 +35,7 @@ T get_or(const json& j, const std::string& path, const char* key, T dflt) {
 
 ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& base) {
   std::ifstream in(path);
-  if (!in) user_error("{}: cannot open HF config", path);
+  if (!in) user_error("{}: cannot open HF config ([model] hf_config, or the config.json of init_from)", path);
   json j;
   try {
     j = json::parse(in);
@@ -81,8 +81,10 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
                    m.max_seq_len);
     }
   }
-  if (m.d_model <= 0 || m.n_layers <= 0 || m.n_heads <= 0 || m.vocab_size <= 0 || m.d_ff <= 0)
-    user_error("{}: sizes must be positive", path);
+  for (const auto& [key, size] : {std::pair<const char*, int64_t>{"hidden_size", m.d_model}, {"num_hidden_layers", m.n_layers},
+                                  {"num_attention_heads", m.n_heads}, {"vocab_size", m.vocab_size},
+                                  {"intermediate_size", m.d_ff}})
+    if (size <= 0) user_error("{}: {} must be positive, got {}", path, key, size);
   if (m.d_model % m.n_heads != 0)
     user_error("{}: hidden_size ({}) must be divisible by num_attention_heads ({})", path, m.d_model,
                m.n_heads);

@@ -19,14 +19,14 @@ std::vector<TrainUnit> make_units(const LlamaModel& model, const BcdConfig& cfg)
   std::vector<TrainUnit> units;
   const int n_blocks = model.n_blocks();
   const int n_layers = static_cast<int>(model.config().n_layers);
-  if (!cfg.enabled || cfg.blocks == "whole") {
+  if (!cfg.enabled || cfg.blocks == BlockKind::kWhole) {
     TrainUnit u{"model", {}};
     for (int i = 0; i < n_blocks; ++i) u.pieces.push_back({i, ""});
     units.push_back(u);
     return units;
   }
   if (cfg.include_embed) units.push_back({"embed", {{0, ""}}});
-  if (cfg.blocks == "attn_mlp") {
+  if (cfg.blocks == BlockKind::kAttnMlp) {
     for (int l = 0; l < n_layers; ++l)
       for (const char* part : {"attn", "mlp"})
         units.push_back({"layer." + std::to_string(l) + "." + part, {{l + 1, part}}});
@@ -61,8 +61,8 @@ BcdScheduler::BcdScheduler(int n_units, const BcdConfig& cfg, uint64_t seed, std
     : n_units_(n_units), order_kind_(cfg.order), switch_every_(cfg.switch_every), seed_(seed),
       fixed_(std::move(fixed)) {
   BCD_CHECK(n_units > 0);
-  if (!cfg.enabled) order_kind_ = "ascending", switch_every_ = INT64_MAX;
-  if (order_kind_ == "fixed") {
+  if (!cfg.enabled) order_kind_ = BlockOrder::kAscending, switch_every_ = INT64_MAX;
+  if (order_kind_ == BlockOrder::kFixed) {
     BCD_CHECK(!fixed_.empty(), "fixed order needs units");
     for (int u : fixed_) BCD_CHECK(u >= 0 && u < n_units, "fixed order unit {}", u);
   }
@@ -70,11 +70,11 @@ BcdScheduler::BcdScheduler(int n_units, const BcdConfig& cfg, uint64_t seed, std
 }
 
 std::vector<int> BcdScheduler::epoch_order(uint64_t epoch) const {
-  if (order_kind_ == "fixed") return fixed_;
+  if (order_kind_ == BlockOrder::kFixed) return fixed_;
   std::vector<int> o(n_units_);
   std::iota(o.begin(), o.end(), 0);
-  if (order_kind_ == "descending") std::reverse(o.begin(), o.end());
-  if (order_kind_ == "random") {
+  if (order_kind_ == BlockOrder::kDescending) std::reverse(o.begin(), o.end());
+  if (order_kind_ == BlockOrder::kRandom) {
     uint64_t s = seed_ ^ (0xD1B54A32D192ED03ull * (epoch + 1));
     for (int i = n_units_ - 1; i > 0; --i) {
       const int j = static_cast<int>(splitmix64(s) % static_cast<uint64_t>(i + 1));

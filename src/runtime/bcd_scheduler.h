@@ -59,7 +59,7 @@ class BcdScheduler {
 
  private:
   int n_units_;
-  std::string order_kind_;
+  BlockOrder order_kind_;
   int64_t switch_every_;
   uint64_t seed_;
   std::vector<int> fixed_;

@@ -86,7 +86,7 @@ std::string cuda_device_name(int device) {
 #endif
 }
 
-std::optional<double> gpu_peak_tflops(const std::string& name, const std::string& dtype) {
+std::optional<double> gpu_peak_tflops(const std::string& name, Dtype dtype) {
   struct Gpu {
     const char* match;  // a part of CUDA's device name; more specific names first
     double bf16, fp32;  // dense TFLOP/s
@@ -104,7 +104,7 @@ std::optional<double> gpu_peak_tflops(const std::string& name, const std::string
       {"H200", 989.4, 66.9},  // also GH200's name: the same GPU
   }};
   for (const Gpu& g : kGpus)
-    if (name.find(g.match) != std::string::npos) return dtype == "bf16" ? g.bf16 : g.fp32;
+    if (name.find(g.match) != std::string::npos) return dtype == Dtype::kBf16 ? g.bf16 : g.fp32;
   return std::nullopt;
 }
 

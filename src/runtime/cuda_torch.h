@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "base/config.h"
+
 namespace bcd {
 
 // Makes `device` this process's current CUDA device, for LibTorch and the CUDA runtime alike, and
@@ -42,6 +44,6 @@ std::string cuda_device_name(int device);
 // the vendors' data sheets; nullopt for a GPU not in the table (set train.peak_tflops).
 // Matches on the name as CUDA reports it: "NVIDIA GeForce RTX 4090", "NVIDIA A100-SXM4-80GB",
 // "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200", ...
-std::optional<double> gpu_peak_tflops(const std::string& name, const std::string& dtype);
+std::optional<double> gpu_peak_tflops(const std::string& name, Dtype dtype);
 
 }  // namespace bcd

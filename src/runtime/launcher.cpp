@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "base/bytes.h"
+#include "base/config.h"
 #include "base/error.h"
 
 namespace bcd {
@@ -77,6 +78,21 @@ struct Rank {
   int status = 0;
 };
 
+// Without --nproc: the [dist] nproc of the command's --config FILE and --section.key=value
+// overrides (a config written for N ranks says so), else 1.
+int config_nproc(const std::vector<std::string>& command) {
+  std::string file;
+  std::vector<std::string> overrides;
+  for (size_t k = 1; k < command.size(); ++k) {
+    const std::string& a = command[k];
+    if (a == "--config" && k + 1 < command.size()) file = command[++k];
+    else if (a.rfind("--config=", 0) == 0) file = a.substr(9);
+    else if (a.rfind("--", 0) == 0 && a.find('.') < a.find('=') && a.find('=') != std::string::npos) overrides.push_back(a);
+  }
+  if (file.empty() && overrides.empty()) return 1;
+  return static_cast<int>(load_config(file, overrides).dist.nproc);
+}
+
 }  // namespace
 
 std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt) {
@@ -85,6 +101,7 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
     if (i + 1 >= args.size()) user_error("launch: {} needs a value", flag);
     return args[++i];
   };
+  bool nproc_given = false;
   for (; i < args.size(); ++i) {
     std::string a = args[i], v;
     const auto eq = a.find('=');
@@ -96,6 +113,7 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
       break;
     } else if (a == "--nproc" || a == "--nproc-per-node" || a == "--nproc_per_node") {
       opt.nproc = parse_int(a, get(), 1, 1024);
+      nproc_given = true;
     } else if (a == "--nnodes") {
       opt.nnodes = parse_int(a, get(), 1, 65536);
     } else if (a == "--node-rank" || a == "--node_rank") {
@@ -113,6 +131,7 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
   std::vector<std::string> command(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   if (command.empty()) user_error("launch: no command to run (e.g. bcdtrain launch --nproc 2 train --config FILE)");
   if (command[0] == "launch") user_error("launch: the command cannot be launch itself");
+  if (!nproc_given) opt.nproc = config_nproc(command);
   if (opt.node_rank >= opt.nnodes)
     user_error("launch: --node-rank {} is outside --nnodes {}", opt.node_rank, opt.nnodes);
   if (opt.nnodes > 1 && opt.master_port == 0)

@@ -8,7 +8,7 @@
 namespace bcd {
 
 struct LaunchOptions {
-  int nproc = 1;                  // ranks on this node (one per GPU)
+  int nproc = 1;                  // ranks on this node (one per GPU): --nproc, else the config's [dist] nproc
   int nnodes = 1;                 // nodes in the run, each running one launcher
   int node_rank = 0;              // this node's place: its ranks are node_rank * nproc + [0, nproc)
   std::string master_addr = "127.0.0.1";  // host of rank 0 (its TCP store)

@@ -137,21 +137,21 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
   if (env.world_size == 1)
     return std::unique_ptr<ProcessGroup>(new ProcessGroup(0, 1, std::move(impl)));
   // auto: NCCL when the model is on a GPU, Gloo on the CPU.
-  const std::string backend = cfg.backend != "auto" ? cfg.backend : device.is_cuda() ? "nccl" : "gloo";
-  if (backend == "nccl" && !device.is_cuda())
+  const Backend backend = cfg.backend != Backend::kAuto ? cfg.backend : device.is_cuda() ? Backend::kNccl : Backend::kGloo;
+  if (backend == Backend::kNccl && !device.is_cuda())
     user_error("config: [dist] backend = \"nccl\" needs the model on a GPU ([train] device is {})", device.str());
 #ifndef BCD_HAVE_NCCL
-  if (backend == "nccl")
+  if (backend == Backend::kNccl)
     user_error("config: [dist] backend = \"nccl\" (or auto on a GPU): this build has no NCCL process group "
                "(it needs a CUDA LibTorch and NCCL); use backend = \"gloo\"");
 #endif
 #ifndef BCD_HAVE_GLOO
-  if (backend == "gloo")
+  if (backend == Backend::kGloo)
     user_error("WORLD_SIZE={}: this build has no Gloo process group (configure with Gloo's headers, libgloo-dev)",
                env.world_size);
 #endif
 #ifdef BCD_HAVE_C10D
-  impl->backend = backend;
+  impl->backend = name_of(backend);
   const auto timeout = std::chrono::milliseconds(cfg.timeout_s * 1000);
   try {
     c10d::TCPStoreOptions so;
@@ -166,7 +166,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
                env.master_port, env.source, cfg.timeout_s, e.what());
   }
 #ifdef BCD_HAVE_NCCL
-  if (backend == "nccl") {
+  if (backend == Backend::kNccl) {
     // Collectives run on NCCL's own streams, which ProcessGroupNCCL orders after the work already
     // queued on the current (compute) stream by an event, and before later work that waits on the
     // collective. Blocking wait with async error handling: a peer that died or hangs makes wait()
@@ -186,7 +186,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
   }
 #endif
 #ifdef BCD_HAVE_GLOO
-  if (backend == "gloo") {
+  if (backend == Backend::kGloo) {
     try {
       auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
       // Loopback for one machine; otherwise the address this host's name resolves to, or the

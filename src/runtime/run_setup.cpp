@@ -37,29 +37,30 @@ torch::Device start_compute(const TrainConfig& tc, const DistEnv& env) {
 }
 
 // [data] path, or paths mixed by weights. A mixture's datasets must share one tokenizer (the same
-// ids for the same words) and its vocabulary; the first one's stands for all of them.
+// ids for the same words) and its vocabulary; the first one's stands for all of them. (How path,
+// paths and weights go together is checked when the config loads.)
 std::vector<DataSource> open_sources(const DataConfig& data) {
-  if (!data.paths.empty() && !data.path.empty())
-    user_error("config: [data] has both path and paths; give path for one dataset, paths for a mixture");
   if (data.paths.empty()) {
-    if (!data.weights.empty()) user_error("config: [data] weights are given without paths (they weigh paths' datasets)");
     if (data.path.empty())
       user_error("config: [data] path is required (a directory from `bcdtrain prepare`), or paths for a mixture");
-    return {DataSource{TokenDataset::open(data.path), 1.0}};
+    try {
+      return {DataSource{TokenDataset::open(data.path), 1.0}};
+    } catch (const UserError& e) {
+      user_error("config: [data] path: {}", e.what());
+    }
   }
-  if (!data.weights.empty() && data.weights.size() != data.paths.size())
-    user_error("config: [data] weights holds {} numbers for {} paths, expected one weight per path (or none: equal)",
-               data.weights.size(), data.paths.size());
   double total = 0;
-  for (double w : data.weights) {
-    if (!(w > 0) || w > 1e12)
-      user_error("config: [data] weights: {} is not a weight, expected positive numbers (relative shares, at most 1e12)", w);
-    total += w;
-  }
+  for (double w : data.weights) total += w;
   std::vector<DataSource> out;
   std::string first_tokenizer;
   for (size_t i = 0; i < data.paths.size(); ++i) {
-    DataSource s{TokenDataset::open(data.paths[i]), data.weights.empty() ? 1.0 : data.weights[i] / total};
+    std::optional<TokenDataset> ds;
+    try {
+      ds.emplace(TokenDataset::open(data.paths[i]));
+    } catch (const UserError& e) {
+      user_error("config: [data] paths: {}", e.what());
+    }
+    DataSource s{std::move(*ds), data.weights.empty() ? 1.0 : data.weights[i] / total};
     const std::string tok = read_file(s.ds.tokenizer_path(), "tokenizer model");
     if (i == 0) {
       first_tokenizer = tok;
@@ -73,8 +74,6 @@ std::vector<DataSource> open_sources(const DataConfig& data) {
   return out;
 }
 
-// The model's shape (from HF config.json, an init_from file or [model]) checked against the data,
-// then the memory plan, refused when it does not fit; `acct` takes the plan's budgets.
 // The dataset's tokenizer, checked against the dataset: a tokenizer.model swapped for another
 // one would train on ids that mean other words, and fail only when sampling at the end.
 Tokenizer dataset_tokenizer(const TokenDataset& ds) {
@@ -86,40 +85,38 @@ Tokenizer dataset_tokenizer(const TokenDataset& ds) {
   return tok;
 }
 
-MemoryPlan plan_run(Config& cfg, const std::vector<DataSource>& sources, const torch::Device& device, int local_ranks, int shards,
-                    MemoryAccounting& acct) {
-  const TrainConfig& tc = cfg.train;
-  // Validation needs at least one window; checked up front so the run does not fail at the end.
-  { DataLoader probe(sources, Split::kVal, 1, tc.seq_len, 0, false, false); }
-  const TokenDataset& ds = sources.front().ds;
-  ModelConfig mc = resolve_model_config(cfg.model);
-  if (mc.vocab_size == 0) mc.vocab_size = ds.vocab_size();
-  if (mc.vocab_size < ds.vocab_size())
-    user_error("config: [model] vocab_size {} is smaller than the dataset's tokenizer vocabulary {} ({})",
-               mc.vocab_size, ds.vocab_size(), cfg.data.first());
-  if (tc.seq_len > mc.max_seq_len)
-    user_error("config: [train] seq_len ({}) exceeds the model's max_seq_len ({})", tc.seq_len, mc.max_seq_len);
-  // Initial weights learned on another tokenizer's ids would be trained on words they never saw.
-  const std::string init_tok = init_from_tokenizer(cfg.model.init_from);
-  if (!init_tok.empty() && read_file(init_tok, "tokenizer") != read_file(ds.tokenizer_path(), "tokenizer"))
-    user_error("config: [model] init_from {} comes with the tokenizer {}, but the dataset {} was tokenized with "
-               "another one ({}): prepare the data with --tokenizer {}",
-               cfg.model.init_from, init_tok, cfg.data.first(), ds.tokenizer_path(), init_tok);
-  cfg.model = mc;
+}  // namespace
 
+RunPlan plan_for_run(const Config& cfg, const std::vector<DataSource>& sources, const torch::Device& device,
+                     int local_ranks, int world_ranks) {
+  // Validation needs at least one window; checked up front so the run does not fail at the end.
+  { DataLoader probe(sources, Split::kVal, 1, cfg.train.seq_len, 0, false, false); }
   // A mistyped NVMe path would surface only when a larger run first needs the tier.
   for (const std::string& p : cfg.memory.nvme_paths) {
     std::error_code ec;
     if (!std::filesystem::is_directory(p, ec))
       user_error("config: [memory] nvme_paths: {} is not a directory (create it on the NVMe drive first)", p);
   }
-  apply_device_budget(cfg.memory, device);  // compute_bytes = auto: the GPU's memory on CUDA
-  MemoryConfig mem = cfg.memory;             // the config keeps "auto": a resume may have other ranks
-  share_machine_memory(mem, device, local_ranks);
-  std::optional<double> gpu_peak;  // the stream model's compute rate, when memory.stream_tflops is 0
-  if (device.is_cuda()) gpu_peak = gpu_peak_tflops(cuda_device_name(cuda_index(device)), tc.dtype);
-  const StreamRates rates = resolve_stream_rates(mem, tc, device.is_cuda(), gpu_peak);
-  MemoryPlan plan = plan_memory(mc, cfg.bcd, tc, mem, shards, !attention_keeps_scores(device.is_cuda()), local_ranks, rates);
+  return resolve_plan(cfg, PlanSite{device, device.is_cuda(), local_ranks, world_ranks}, &sources.front().ds);
+}
+
+RunPlan plan_this_run(const Config& cfg) {
+  const DistEnv env = DistEnv::from_environment();
+  const torch::Device device = start_compute(cfg.train, env);
+  const std::vector<DataSource> sources = open_sources(cfg.data);
+  dataset_tokenizer(sources.front().ds);
+  return plan_for_run(cfg, sources, device, env.local_world_size, env.world_size);
+}
+
+namespace {
+
+// The run's plan, refused when it does not fit; [model] in `cfg` becomes the shape that is built
+// and `acct` takes the plan's budgets.
+MemoryPlan plan_run(Config& cfg, const std::vector<DataSource>& sources, const torch::Device& device, int local_ranks,
+                    int world_ranks, MemoryAccounting& acct) {
+  const RunPlan rp = plan_for_run(cfg, sources, device, local_ranks, world_ranks);
+  cfg.model = rp.model;
+  const MemoryPlan& plan = rp.plan;
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
   // A GPU's allocator is held to the plan's compute budget: memory.compute_bytes = 24GiB on a
   // bigger card fails an allocation where a 24 GiB card would.
@@ -131,7 +128,7 @@ MemoryPlan plan_run(Config& cfg, const std::vector<DataSource>& sources, const t
 }
 
 torch::TensorOptions working_options(const TrainConfig& tc, const torch::Device& device) {
-  return torch::TensorOptions(tc.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32).device(device);
+  return torch::TensorOptions(tc.dtype == Dtype::kBf16 ? torch::kBFloat16 : torch::kFloat32).device(device);
 }
 
 // The working weights resident on the compute tier: every block but the streamed ones (whose
@@ -176,7 +173,7 @@ std::unique_ptr<StreamedWeights> make_streamed(const MemoryPlan& plan, const Con
                                                MemoryAccounting& acct, ProcessGroup& pg, const DistEnv& env,
                                                const ExtentStore::EngineFactory& engines) {
   if (!plan.stream.on()) return nullptr;
-  if (!cfg.bcd.enabled || cfg.optim.impl != "fused")
+  if (!cfg.bcd.enabled || cfg.optim.impl != OptimImpl::kFused)
     user_error("config: [memory] stream_weights streams frozen layers' weights, which needs block coordinate descent "
                "with the fused optimizer ([bcd] enabled = true, [optim] impl = \"fused\"); set stream_weights = \"off\"");
   return std::make_unique<StreamedWeights>(plan, cfg.model, working_options(cfg.train, device), &acct, pg, env,
@@ -186,7 +183,7 @@ std::unique_ptr<StreamedWeights> make_streamed(const MemoryPlan& plan, const Con
 // [bcd] fixed_order as unit indices (order = "fixed"); UserError naming an unknown block.
 std::vector<int> fixed_order(const std::vector<TrainUnit>& units, const BcdConfig& bc) {
   std::vector<int> fixed;
-  if (!bc.enabled || bc.order != "fixed") return fixed;
+  if (!bc.enabled || bc.order != BlockOrder::kFixed) return fixed;
   for (const std::string& name : bc.fixed_order) {
     auto it = std::find_if(units.begin(), units.end(), [&](const TrainUnit& u) { return u.name == name; });
     if (it == units.end()) {
@@ -232,7 +229,7 @@ RunSetup::RunSetup(Config config, std::string resume)
       tok(dataset_tokenizer(ds)),
       train_loader(sources, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
-      plan(plan_run(cfg, sources, device, dist_env.local_world_size, shards(), acct)),
+      plan(plan_run(cfg, sources, device, dist_env.local_world_size, pg->world_size(), acct)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
       nvme_faults(nvme_engines(*pg)),
       streamed(make_streamed(plan, cfg, device, acct, *pg, dist_env, nvme_faults)),
@@ -267,7 +264,7 @@ RunSetup::RunSetup(Config config, std::string resume)
 }
 
 void RunSetup::make_optimizer() {
-  if (cfg.optim.impl == "torch") {
+  if (cfg.optim.impl == OptimImpl::kTorch) {
     for (StateKind k : {StateKind::kGrad, StateKind::kAdamM, StateKind::kAdamV})
       torch_state.emplace_back(&acct, Pool::kCompute, static_cast<int>(k), working.bytes());
     model.set_trainable(true);
@@ -282,14 +279,14 @@ void RunSetup::make_optimizer() {
     storage.shard_count = shards();
     if (device.is_cuda()) storage.stager.compute_stream = torch_current_cuda_stream(cuda_index(device));
     storage.stager.engine_factory = nvme_faults;
-    block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == "keep", storage);
+    block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == StateOnSwitch::kKeep, storage);
     if (streamed)  // the active unit's streamed layers stay on the compute tier for its visit
       block_opt->set_switch_hook([this](const std::vector<int>& prev, const std::vector<int>& next) {
         streamed->switch_blocks(prev, next);
       });
   }
-  if (torch_opt && (cfg.train.checkpoint_every > 0 || !resume_from.empty()))
-    user_error("config: checkpoints and --resume need [optim] impl = \"fused\" (got \"torch\")");
+  if (torch_opt && !resume_from.empty())  // checkpoint_every with torch is refused when the config loads
+    user_error("config: --resume needs [optim] impl = \"fused\" (got \"torch\")");
 }
 
 void RunSetup::switch_unit() {
@@ -335,7 +332,7 @@ bool RunSetup::can_run_ahead(int64_t step) const {
 }
 
 int RunSetup::shards() const {
-  return cfg.dist.shard_state && cfg.optim.impl == "fused" ? pg->world_size() : 1;
+  return cfg.dist.shard_state && cfg.optim.impl == OptimImpl::kFused ? pg->world_size() : 1;
 }
 
 void RunSetup::update(double lr) {
@@ -370,15 +367,15 @@ std::vector<std::string> RunSetup::banner() const {
                                 sources.size() > 1 ? fmt::format(", {:.1f}% of the windows", 100 * s.weight) : "",
                                 s.ds.unigram_val_loss()));
   lines.push_back(fmt::format("train: {} steps x {} tokens/step, {} AdamW ({}) lr {:g}, {} working weights, on {}{}",
-                              tc.steps, tokens_per_step(), cfg.optim.impl,
-                              bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, tc.dtype,
+                              tc.steps, tokens_per_step(), name_of(cfg.optim.impl),
+                              bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, name_of(tc.dtype),
                               device.is_cuda() ? "cuda" : "cpu",
                               device.is_cuda() ? "" : fmt::format(" with {} threads", torch::get_num_threads())));
   // What the MFU in metrics.jsonl is measured against, and where that figure came from.
   const std::string gpu = device.is_cuda() ? cuda_device_name(cuda_index(device)) : "";
   if (peak_tflops)
     lines.push_back(fmt::format("utilisation: MFU against a peak of {:g} TFLOP/s ({})", *peak_tflops,
-                                tc.peak_tflops > 0 ? "train.peak_tflops" : fmt::format("{}, {} dense", gpu, tc.dtype)));
+                                tc.peak_tflops > 0 ? "train.peak_tflops" : fmt::format("{}, {} dense", gpu, name_of(tc.dtype))));
   else if (device.is_cuda())
     lines.push_back(fmt::format("utilisation: no MFU: {} is not in the table of known GPUs (set train.peak_tflops)",
                                 gpu.empty() ? std::string("the GPU") : gpu));
@@ -386,7 +383,7 @@ std::vector<std::string> RunSetup::banner() const {
     std::string names;
     for (const auto& u : units) names += (names.empty() ? "" : " ") + u.name;
     lines.push_back(fmt::format("bcd: {} blocks [{}], {} steps per visit, order {}, moments {} on switch", units.size(),
-                                names, bc.switch_every, bc.order, bc.state_on_switch));
+                                names, bc.switch_every, name_of(bc.order), name_of(bc.state_on_switch)));
   }
   if (block_opt && units.size() > 1) {
     int on_nvme = 0;
@@ -437,14 +434,14 @@ int cuda_device_for_rank(int local_rank, int local_ranks, int visible) {
              local_ranks, visible, local_rank, visible);
 }
 
-torch::Device resolve_device(const std::string& device, int local_rank, int local_ranks) {
+torch::Device resolve_device(DeviceChoice device, int local_rank, int local_ranks) {
 #ifdef BCD_HAVE_CUDA_KERNELS
   const bool built = true;
 #else
   const bool built = false;
 #endif
   const bool usable = built && torch::cuda::is_available();
-  if (device == "cpu" || (device == "auto" && !usable)) return torch::kCPU;
+  if (device == DeviceChoice::kCpu || (device == DeviceChoice::kAuto && !usable)) return torch::kCPU;
   if (!usable)
     user_error("config: [train] device = \"cuda\" but {}", built ? "LibTorch finds no usable CUDA device (is this LibTorch built with CUDA, is a GPU visible?)"
                                                                  : "this build has no CUDA kernels (configure with -DBCD_CUDA=ON and a CUDA toolkit)");
@@ -455,7 +452,7 @@ torch::Device resolve_device(const std::string& device, int local_rank, int loca
 #ifdef BCD_HAVE_CUDA_KERNELS
   const std::string why = adamw_cuda_unsupported_reason(index);
   if (!why.empty()) {
-    if (device == "auto") return torch::kCPU;
+    if (device == DeviceChoice::kAuto) return torch::kCPU;
     user_error("config: [train] device = \"cuda\" but {}", why);
   }
 #endif

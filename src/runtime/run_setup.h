@@ -24,6 +24,7 @@
 #include "runtime/grad_reducer.h"
 #include "runtime/optimizer.h"
 #include "runtime/process_group.h"
+#include "runtime/run_plan.h"
 #include "runtime/streamed_weights.h"
 
 namespace bcd {
@@ -105,6 +106,15 @@ class RunSetup {
   void make_optimizer();
 };
 
+// The plan of a run of `cfg` on `sources` (checked: a validation window, memory.nvme_paths) with
+// `device` and its ranks: RunSetup's, and train --dry-run's.
+RunPlan plan_for_run(const Config& cfg, const std::vector<DataSource>& sources, const torch::Device& device,
+                     int local_ranks, int world_ranks);
+
+// train --dry-run: what a run of `cfg` plans on this machine (this process's ranks), checked as the
+// run checks it (device, threads, data and its tokenizer, shapes), allocating nothing.
+RunPlan plan_this_run(const Config& cfg);
+
 // Ranks on one machine share its RAM: the "auto" host budget (and on the CPU the compute
 // budget) becomes each rank's 1/local_ranks share of what /proc/meminfo reports.
 void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks);
@@ -121,7 +131,7 @@ inline int cuda_index(const torch::Device& device) { return device.index() < 0 ?
 // usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
 // no kernel image in this build), "auto" (cuda when usable). On CUDA the rank's GPU
 // (cuda_device_for_rank) becomes the process's current device (start_cuda_device).
-torch::Device resolve_device(const std::string& device, int local_rank = 0, int local_ranks = 1);
+torch::Device resolve_device(DeviceChoice device, int local_rank = 0, int local_ranks = 1);
 
 // The GPU of local rank `local_rank` of `local_ranks` on a machine where it sees `visible` GPUs:
 // its LOCAL_RANK when every local rank has one of its own (torchrun, bcdtrain launch), 0 when it

@@ -99,15 +99,8 @@ std::string generate_chat(const LlamaModel& model, const Tokenizer& tok, ChatTem
   return shown + answer;
 }
 
-std::optional<ChatTemplate> sample_chat_template(const std::string& setting, const std::string& data_dir) {
-  if (setting == "none") return std::nullopt;
-  if (setting != "auto") {
-    try {
-      return chat_template_from_name(setting);
-    } catch (const UserError& e) {
-      user_error("config: [sample] chat_template: {} (or \"auto\", \"none\")", e.what());
-    }
-  }
+std::optional<ChatTemplate> sample_chat_template(SampleChat setting, const std::string& data_dir) {
+  if (setting != SampleChat::kAuto) return named_template(setting);  // none: no template
   const std::string name = dataset_chat_template(data_dir);
   if (name.empty()) return std::nullopt;
   return chat_template_from_name(name);

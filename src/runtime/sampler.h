@@ -41,9 +41,9 @@ std::string generate_text(const LlamaModel& model, const Tokenizer& tok, const s
 std::string generate_chat(const LlamaModel& model, const Tokenizer& tok, ChatTemplate tmpl, const std::string& prompt,
                           SampleOptions opt, uint64_t seed);
 
-// The template [sample] prompts are laid out in: `setting` "auto" = the template of the dataset in
+// The template [sample] prompts are laid out in: `setting` auto = the template of the dataset in
 // `data_dir` when it holds instruction data (none when it is plain text or cannot be read),
-// "none" = none, else a template name (UserError naming [sample] chat_template when unknown).
-std::optional<ChatTemplate> sample_chat_template(const std::string& setting, const std::string& data_dir);
+// none = none, else the template it names.
+std::optional<ChatTemplate> sample_chat_template(SampleChat setting, const std::string& data_dir);
 
 }  // namespace bcd

@@ -1,4 +1,5 @@
-// Training: the step loop reads top to bottom like the algorithm (DESIGN §4); set-up, checkpoint
+// Training: the step loop reads top to bottom like the algorithm (DESIGN §4); what stops it
+// (signals, I/O errors, divergence, checkpoints) is run_guard's; set-up, checkpoint
 // state and metrics records live in run_setup, train_state and metrics.
 #include "runtime/trainer.h"
 
@@ -6,10 +7,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -24,6 +23,7 @@
 #include "model/weights.h"
 #include "runtime/plots.h"
 #include "runtime/process_group.h"
+#include "runtime/run_guard.h"
 #include "runtime/sampler.h"
 #include "runtime/train_state.h"
 
@@ -76,33 +76,6 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) user_error("{}: cannot write", path);
 }
 
-// SIGINT / SIGTERM: finish the step, checkpoint, stop. The handler puts the default action
-// back, so a second signal ends the process at once.
-std::atomic<int> g_stop_signal{0};
-
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
-  std::signal(sig, SIG_DFL);
-}
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal.store(0);
-    old_int_ = std::signal(SIGINT, on_stop_signal);
-    old_term_ = std::signal(SIGTERM, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGINT, old_int_);
-    std::signal(SIGTERM, old_term_);
-  }
-  int fired() const { return g_stop_signal.load(); }
-
- private:
-  void (*old_int_)(int);
-  void (*old_term_)(int);
-};
-
 // <run_dir>: config.toml, tokenizer.model, and metrics.jsonl (kept up to the resumed step).
 // Rank 0 writes the run directory; the other ranks get no log.
 std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
@@ -120,229 +93,94 @@ std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
   return std::make_optional<MetricsLog>(dir + "/metrics.jsonl", /*append=*/resumed);
 }
 
-// Data-parallel BCD (DESIGN.md §6): the next step's first micro-batch and its forward through
-// the frozen blocks below the active unit, computed while this step's gradient is on the wire.
-// This step's update cannot change those blocks, so the result is bitwise what the next step
-// would compute; only while the next step trains the same unit.
-struct RunAhead {
-  Batch batch;
-  torch::Tensor below;
-  LoaderState loader_before;  // to hand the batch back before a checkpoint records the loader
+// Tokens/s, TFLOP/s and the time to go, over the steps since the last record.
+struct Throughput {
+  Clock::time_point start = Clock::now();
+  double train_s = 0;     // wall time in training steps (validation excluded)
+  double interval_s = 0;  // since the last record
+  int64_t interval_steps = 0;
+  double interval_flops = 0;
 
-  bool pending() const { return batch.tokens.defined(); }
-  void run(RunSetup& r) {
-    loader_before = r.train_loader.state();
-    batch = r.train_loader.next();
-    below = r.model.frozen_prefix(batch.tokens, r.grad_from());
-  }
-  Batch take(torch::Tensor& below_out) {
-    below_out = std::exchange(below, {});
-    return std::exchange(batch, {});
-  }
-  void give_back(RunSetup& r) {
-    if (!pending()) return;
-    r.train_loader.restore(loader_before);
-    batch = Batch();
-    below = torch::Tensor();
+  void add(double step_s, double flops) { train_s += step_s, interval_s += step_s, ++interval_steps, interval_flops += flops; }
+  void record(StepStats& s, int64_t tokens_per_step, int64_t steps) {
+    s.tokens_per_s = static_cast<double>(tokens_per_step * interval_steps) / std::max(interval_s, 1e-9);
+    s.tflops = interval_flops / std::max(interval_s, 1e-9) / 1e12;
+    s.elapsed_s = seconds_since(start);
+    s.eta_s = train_s / static_cast<double>(s.step) * static_cast<double>(steps - s.step);
+    interval_s = 0, interval_steps = 0, interval_flops = 0;
   }
 };
 
-// An NVMe error stopped the run at the start of `step`, before its first batch. Nothing the run
-// holds is corrupt (a failed read or checksum throws before the compute tier is touched), so it
-// keeps what it can: a checkpoint of step - 1 when every unit's state can still be read (the
-// fault does not recur), else the weights alone; the message says which and what was lost.
-[[noreturn]] void stop_on_io_error(RunSetup& run, RunAhead& ahead, bool switch_due, int64_t step, const IoError& e) {
-  const int64_t done = step - 1;
-  const std::string& dir = run.cfg.train.run_dir;
-  // The weights alone, the same on every rank: "" when written, else why not.
-  const std::string weights = fmt::format("{}/weights-step-{:08d}.h5", dir, done);
-  auto save_weights_file = [&]() -> std::string {
-    try {
-      save_weights(run.model, weights, config_to_toml(run.cfg));
-      return "";
-    } catch (const UserError& err) {
-      return err.what();
-    }
-  };
-  std::string kept;
-  if (done < run.first_step) {
-    kept = "no step of this run had finished, so nothing was saved";
-  } else if (run.pg->world_size() == 1) {
-    std::string lost = "this run writes no checkpoints";
-    try {
-      if (run.can_checkpoint()) {
-        ahead.give_back(run);
-        if (switch_due) run.switch_unit();  // as every checkpoint is written: the next unit active
-        const std::string ck = save_checkpoint(run, done);
-        kept = fmt::format("every unit's state could still be read: saved the checkpoint {}; once the drive is fixed, "
-                           "continue with `bcdtrain train --resume {}` (nothing is lost)",
-                           ck, dir);
-      }
-    } catch (const UserError& again) {
-      lost = again.what();
-    }
-    if (kept.empty()) {
-      const std::string failed = save_weights_file();
-      kept = failed.empty()
-                 ? fmt::format("the optimizer state could not be saved ({}), so it is lost; the weights of step {} "
-                               "are in {} (a start for model.init_from or export, not a resume)",
-                               lost, done, weights)
-                 : fmt::format("nothing could be saved: the optimizer state ({}) nor the weights ({})", lost, failed);
-    }
-  } else if (run.is_root()) {
-    // The other ranks wait in a collective: only what this rank holds alone can be written.
-    const std::string failed = save_weights_file();
-    kept = failed.empty()
-               ? fmt::format("the weights of step {} are in {}; the sharded optimizer state is lost", done, weights)
-               : fmt::format("nothing could be saved ({})", failed);
-  } else {
-    kept = "rank 0 keeps what can be kept";
-  }
-  user_error("{}\ntraining stopped by an I/O error before step {}: {}", e.what(), step, kept);
+// The frozen layers' weights the step streamed, and its waits for them.
+void take_stream_stats(RunSetup& run, StepStats& s) {
+  if (!run.streamed) return;
+  const StreamStepStats st = run.streamed->take();
+  s.stream_bytes = st.bytes, s.stream_uses = st.uses, s.stream_stall_s = st.stall_s;
+  s.stream_layer_stall_s = st.max_layer_stall_s, s.stream_stall_block = st.max_stall_block;
 }
 
-// One optimizer step per iteration: switch if due, prefetch, forward, truncated backward, clip,
-// update, validate, log, checkpoint. Stops after train.steps, or after the step in which a
-// SIGINT/SIGTERM came (sum.stopped_by_signal). Returns the time spent in training steps.
-// Data parallel: the gradient and the logged loss are means over ranks, the ranks agree on
-// stopping, and `log` (rank 0's) is the only writer.
+// One optimizer step per iteration (DESIGN §4): switch if due, prefetch, forward, truncated
+// backward, clip, update, validate, log, checkpoint. Stops after train.steps, or after the step
+// in which a SIGINT/SIGTERM came (sum.stopped_by_signal); what else stops it is RunGuard's.
+// Returns the time spent in training steps. Data parallel: the gradient and the logged loss are
+// means over ranks, the ranks agree on stopping, and `log` (rank 0's) is the only writer.
 double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& console) {
-  const Say say = console.say();
   const TrainConfig& tc = run.cfg.train;
-  const int64_t tokens_per_step = run.tokens_per_step();
-  const auto t_start = Clock::now();
-  double train_s = 0;           // wall time in training steps (validation excluded)
-  double interval_s = 0;        // since the last record
-  int64_t interval_steps = 0;
-  double interval_flops = 0;
-  bool switch_due = false;      // the schedule moved to a new visit after the last step
-  StopSignals signals;          // only while steps run: ^C while sampling just stops
   RunAhead ahead;
-
+  RunGuard guard(run, ahead, log, console.say());
+  Throughput rate;
+  bool switch_due = false;  // the schedule moved to a new visit after the last step
   for (int64_t step = run.first_step; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
-    try {
-      if (switch_due) run.switch_unit();                         // switch blocks
-      run.prefetch();                                            // look-ahead
-    } catch (const IoError& e) {
-      stop_on_io_error(run, ahead, switch_due, step, e);
-    }
+    guard.start_step(step, switch_due, [&] {
+      if (switch_due) run.switch_unit();                                 // switch blocks
+      run.prefetch();                                                    // look-ahead
+    });
     if (run.streamed) run.streamed->take();  // what validation or sampling streamed is not this step's
     StepStats s;
-    s.step = step;
-    s.unit = run.sched.current();
+    s.step = step, s.unit = run.sched.current(), s.flops = run.step_flops();
     s.lr = lr_at(tc, step - 1) * visit_lr_factor(run.cfg.bcd, run.sched.step_in_visit());
-    s.flops = run.step_flops();
     run.model.zero_grad();
-    torch::Tensor loss_sum;  // on the device; read on the steps that need the figure (below)
-    try {
+    torch::Tensor loss_sum;  // on the device; read on the steps that need the figure
+    guard.compute_step(step, [&] {
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+        const bool last = micro == tc.grad_accum - 1;
         torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
         Batch batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
         torch::Tensor loss = run.model.loss(batch, run.grad_from(), below);  // forward; no autograd below the active unit
-        if (micro == tc.grad_accum - 1) run.arm_reduction();           // buckets go out as backward fills them
-        (loss / static_cast<double>(tc.grad_accum)).backward();        // backward stops at the active unit
-        run.accumulate_gradients(micro == tc.grad_accum - 1);          // bf16: summed in fp32
+        if (last) run.arm_reduction();                                      // buckets go out as backward fills them
+        (loss / static_cast<double>(tc.grad_accum)).backward();             // backward stops at the active unit
+        run.accumulate_gradients(last);                                     // bf16: summed in fp32
         loss_sum = micro == 0 ? loss.detach() : loss_sum + loss.detach();
       }
-    } catch (const IoError& e) {
-      // A streamed layer's weights could not be read from the NVMe tier: the read failed before
-      // anything computed with them, and the step stops before its update.
-      const std::string dir = tc.run_dir + "/checkpoints";
-      const auto kept = fs::is_directory(dir) ? list_checkpoints(dir) : std::vector<std::string>{};
-      user_error("{}\ntraining stopped by an I/O error in step {}, before its update: nothing was trained on the "
-                 "failed read; {}",
-                 e.what(), step,
-                 kept.empty() ? std::string("no checkpoint of this run was written before")
-                              : fmt::format("the newest checkpoint is {}: once the drive is fixed, `bcdtrain train "
-                                            "--resume {}`", kept.back(), tc.run_dir));
-    }
+    });
     if (run.can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
-    run.reduce_gradients();                                      // mean over ranks (the rest of the buckets)
+    run.reduce_gradients();                                              // mean over ranks (the rest of the buckets)
     const bool validate = (tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps;
     const bool logs = step % tc.log_every == 0 || step == tc.steps || validate;
-    const bool every = tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || step == tc.steps);
-    // Reading the loss waits for the step's compute: on a GPU only the steps that need the figure
-    // do (logged, checkpointed, the first); with ranks, the loss travels each step with the stop
-    // flag in one small all-reduce. A diverged loss is caught at the next of those steps.
-    const double world = run.pg->world_size();
-    const int fired = signals.fired();  // this step's: a later signal stops the next step
-    const bool loss_read = world > 1 || logs || every || step == run.first_step || fired;
-    std::vector<double> sums = {NAN, 0.0};
-    if (loss_read) sums = run.pg->sum_over_ranks({loss_sum.item<double>(), fired ? 1.0 : 0.0});
-    s.loss = sums[0] / world / static_cast<double>(tc.grad_accum);
-    if (loss_read && !std::isfinite(s.loss))
-      user_error("training diverged at step {}: loss is {}{}", step, s.loss,
-                 tc.log_every > 1 && world == 1 ? fmt::format(" (read every {} steps: it diverged at or before this one)", tc.log_every) : "");
-    const torch::Tensor grad_norm = run.clip_gradients();  // clip
-    run.update(s.lr);                                            // AdamW
-    if (run.streamed) {  // the frozen layers' weights this step streamed, and its waits for them
-      const StreamStepStats st = run.streamed->take();
-      s.stream_bytes = st.bytes, s.stream_uses = st.uses, s.stream_stall_s = st.stall_s;
-      s.stream_layer_stall_s = st.max_layer_stall_s, s.stream_stall_block = st.max_stall_block;
-    }
+    const bool checkpoint = tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || step == tc.steps);
+    // Reading the loss waits for the step's compute: on a GPU only the steps that need it do.
+    s.loss = guard.read_loss(step, loss_sum, logs || checkpoint);
+    const torch::Tensor grad_norm = run.clip_gradients();               // clip
+    run.update(s.lr);                                                    // AdamW
+    take_stream_stats(run, s);
     if (logs) s.grad_norm = grad_norm.item<double>();
-    const double dt = seconds_since(t0);
-    train_s += dt, interval_s += dt, ++interval_steps, interval_flops += s.flops;
+    rate.add(seconds_since(t0), s.flops);
     if (step == run.first_step) sum.first_loss = s.loss;
-    if (loss_read) sum.final_loss = s.loss;
+    if (std::isfinite(s.loss)) sum.final_loss = s.loss;
     sum.steps = step;  // done (a failure's summary says how far the run got)
-
-    if (validate) {                                                             // validate
-      s.val_loss = evaluate_val_loss(run.model, run.sources, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
-      sum.final_val_loss = s.val_loss;
-    }
-    if (logs) {                                                                 // log
-      s.tokens_per_s = static_cast<double>(tokens_per_step * interval_steps) / std::max(interval_s, 1e-9);
-      s.tflops = interval_flops / std::max(interval_s, 1e-9) / 1e12;
-      s.elapsed_s = seconds_since(t_start);
-      s.eta_s = train_s / static_cast<double>(step) * static_cast<double>(tc.steps - step);
+    if (validate)                                                        // validate
+      s.val_loss = sum.final_val_loss =
+          evaluate_val_loss(run.model, run.sources, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
+    if (logs) {                                                          // log
+      rate.record(s, run.tokens_per_step(), tc.steps);
       if (log) log->record(s, run);
       console.progress(MetricsLog::progress_line(s, run), validate || step == tc.steps);
-      interval_s = 0, interval_steps = 0, interval_flops = 0;
     }
     switch_due = run.sched.step();
-
-    // A signal stops the run after the step whose loss read saw it (`fired`); one that came later
-    // stops the next step. With ranks, one rank's signal stops all, at the same step.
-    int stop = fired;                                                           // checkpoint
-    if (world > 1) stop = sums[1] > 0 ? (stop ? stop : SIGTERM) : 0;
-    if (run.can_checkpoint() && (stop || every)) {
-      const auto tc0 = Clock::now();
-      ahead.give_back(run);  // the checkpoint records the loader before the next step's batch
-      if (switch_due) run.switch_unit(), switch_due = false;   // the next step would start with it
-      std::string path;
-      try {
-        path = save_checkpoint(run, step);  // every rank: sharded state is gathered
-      } catch (const UserError& e) {
-        // The run stops: going on without checkpoints would risk more work than it saves.
-        const auto kept = list_checkpoints(tc.run_dir + "/checkpoints");
-        user_error("{}\ntraining stopped after step {}; {}", e.what(), step,
-                   kept.empty() ? std::string("no checkpoint of this run was written before")
-                                : fmt::format("the newest checkpoint is {}: once the cause is fixed, `bcdtrain train --resume {}`",
-                                              kept.back(), tc.run_dir));
-      }
-      if (run.is_root()) {
-        const double ckpt_s = seconds_since(tc0);
-        log->checkpoint_s += ckpt_s;
-        say(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
-      }
-      run.pg->barrier();  // the checkpoint is written before any rank goes on (or stops)
-    }
-    if (stop) {
-      sum.stopped_by_signal = stop;
-      // on stderr even when quiet: whoever sent the signal needs to know how to go on
-      const std::string launch = run.pg->world_size() > 1
-                                     ? fmt::format("launch --nproc {} ", run.dist_env.local_world_size)
-                                     : "";
-      if (run.is_root())
-        fmt::print(stderr, "bcdtrain: stopped by signal {} after step {}{}\n", stop, step,
-                   run.can_checkpoint() ? fmt::format("; continue with: bcdtrain {}train --resume {}", launch, tc.run_dir)
-                                        : "");
-      return train_s;
-    }
+    if (guard.checkpoint_or_stop(step, checkpoint, switch_due, sum)) break;  // checkpoint
   }
-  return train_s;
+  return rate.train_s;
 }
 
 // samples.txt: a sample per [sample] prompt from the trained model; returns its text.

@@ -66,7 +66,7 @@ int main() {
   BcdConfig bcd_cfg;
   bcd_cfg.enabled = true;
   bcd_cfg.switch_every = 1;
-  bcd_cfg.order = "random";
+  bcd_cfg.order = BlockOrder::kRandom;
   Side full(mc, full_cfg, 1), bcd(mc, bcd_cfg, 1);
   const int epoch = static_cast<int>(bcd.units.size());
   torch::manual_seed(2);

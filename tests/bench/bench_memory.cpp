@@ -31,7 +31,7 @@ uint64_t state_peak(const PoolUsage& u) {
 // the compute tier's peak per state kind.
 Result measure(const ModelConfig& mc, const BcdConfig& bc) {
   TrainConfig tc;
-  tc.dtype = "bf16";
+  tc.dtype = Dtype::kBf16;
   tc.batch_size = 1;
   tc.seq_len = 16;
   MemoryConfig mem;
@@ -81,7 +81,7 @@ int main() {
   BcdConfig bcd;
   bcd.enabled = true;
   bcd.switch_every = 1;
-  bcd.order = "ascending";
+  bcd.order = BlockOrder::kAscending;
   const Result f = measure(mc, full), b = measure(mc, bcd);
   const double ratio = static_cast<double>(b.measured) / static_cast<double>(f.measured);
   const double goal = (2.0 + 14.0 / mc.n_layers) / 16.0;

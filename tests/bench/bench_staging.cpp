@@ -76,9 +76,9 @@ int main() {
   mc.max_seq_len = 128;
   BcdConfig bc;
   bc.enabled = true;
-  bc.blocks = "layer";
+  bc.blocks = BlockKind::kLayer;
   bc.switch_every = 3;
-  bc.order = "random";
+  bc.order = BlockOrder::kRandom;
   bc.include_embed = false;  // every unit a decoder layer: the same image size for all
   bc.include_head = false;
   const char* env_dir = std::getenv("BENCH_NVME_DIR");

@@ -1,0 +1,181 @@
+// The failure policies of a run: signals, I/O errors, divergence, checkpoints and stopping.
+#include "runtime/run_guard.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <vector>
+
+#include "base/error.h"
+#include "io/checkpoint.h"
+#include "model/weights.h"
+#include "runtime/train_state.h"
+
+namespace bcd {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// SIGINT / SIGTERM: finish the step, checkpoint, stop. The handler puts the default action
+// back, so a second signal ends the process at once.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  std::signal(sig, SIG_DFL);
+}
+
+// "the newest checkpoint is ...: once <fixed>, `bcdtrain train --resume DIR`", or that there is none.
+std::string newest_checkpoint(const std::string& run_dir, const char* once) {
+  const std::string dir = run_dir + "/checkpoints";
+  const auto kept = fs::is_directory(dir) ? list_checkpoints(dir) : std::vector<std::string>{};
+  return kept.empty() ? std::string("no checkpoint of this run was written before")
+                      : fmt::format("the newest checkpoint is {}: once {}, `bcdtrain train --resume {}`", kept.back(),
+                                    once, run_dir);
+}
+
+}  // namespace
+
+RunGuard::RunGuard(RunSetup& run, RunAhead& ahead, MetricsLog* log, Say say)
+    : run_(run), ahead_(ahead), log_(log), say_(std::move(say)) {
+  g_stop_signal.store(0);
+  old_int_ = std::signal(SIGINT, on_stop_signal);
+  old_term_ = std::signal(SIGTERM, on_stop_signal);
+}
+
+RunGuard::~RunGuard() {
+  std::signal(SIGINT, old_int_);
+  std::signal(SIGTERM, old_term_);
+}
+
+void RunGuard::start_step(int64_t step, bool switch_due, const std::function<void()>& switch_and_prefetch) {
+  try {
+    switch_and_prefetch();
+    return;
+  } catch (const IoError& e) {
+    // Nothing the run holds is corrupt (a failed read or checksum throws before the compute tier
+    // is touched), so it keeps what it can.
+    const int64_t done = step - 1;
+    const std::string& dir = run_.cfg.train.run_dir;
+    // The weights alone, the same on every rank: "" when written, else why not.
+    const std::string weights = fmt::format("{}/weights-step-{:08d}.h5", dir, done);
+    auto save_weights_file = [&]() -> std::string {
+      try {
+        save_weights(run_.model, weights, config_to_toml(run_.cfg));
+        return "";
+      } catch (const UserError& err) {
+        return err.what();
+      }
+    };
+    std::string kept;
+    if (done < run_.first_step) {
+      kept = "no step of this run had finished, so nothing was saved";
+    } else if (run_.pg->world_size() == 1) {
+      std::string lost = "this run writes no checkpoints";
+      try {
+        if (run_.can_checkpoint()) {
+          ahead_.give_back(run_);
+          if (switch_due) run_.switch_unit();  // as every checkpoint is written: the next unit active
+          const std::string ck = save_checkpoint(run_, done);
+          kept = fmt::format("every unit's state could still be read: saved the checkpoint {}; once the drive is fixed, "
+                             "continue with `bcdtrain train --resume {}` (nothing is lost)",
+                             ck, dir);
+        }
+      } catch (const UserError& again) {
+        lost = again.what();
+      }
+      if (kept.empty()) {
+        const std::string failed = save_weights_file();
+        kept = failed.empty()
+                   ? fmt::format("the optimizer state could not be saved ({}), so it is lost; the weights of step {} "
+                                 "are in {} (a start for model.init_from or export, not a resume)",
+                                 lost, done, weights)
+                   : fmt::format("nothing could be saved: the optimizer state ({}) nor the weights ({})", lost, failed);
+      }
+    } else if (run_.is_root()) {
+      // The other ranks wait in a collective: only what this rank holds alone can be written.
+      const std::string failed = save_weights_file();
+      kept = failed.empty()
+                 ? fmt::format("the weights of step {} are in {}; the sharded optimizer state is lost", done, weights)
+                 : fmt::format("nothing could be saved ({})", failed);
+    } else {
+      kept = "rank 0 keeps what can be kept";
+    }
+    user_error("{}\ntraining stopped by an I/O error before step {}: {}", e.what(), step, kept);
+  }
+}
+
+void RunGuard::compute_step(int64_t step, const std::function<void()>& micro_batches) {
+  try {
+    micro_batches();
+  } catch (const IoError& e) {
+    user_error("{}\ntraining stopped by an I/O error in step {}, before its update: nothing was trained on the "
+               "failed read; {}",
+               e.what(), step, newest_checkpoint(run_.cfg.train.run_dir, "the drive is fixed"));
+  }
+}
+
+double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed) {
+  const TrainConfig& tc = run_.cfg.train;
+  const double world = run_.pg->world_size();
+  fired_ = g_stop_signal.load();  // this step's: a later signal stops the next step
+  other_rank_stops_ = false;
+  if (!(world > 1 || needed || step == run_.first_step || fired_)) return NAN;
+  const std::vector<double> sums = run_.pg->sum_over_ranks({loss_sum.item<double>(), fired_ ? 1.0 : 0.0});
+  other_rank_stops_ = sums[1] > 0;
+  const double loss = sums[0] / world / static_cast<double>(tc.grad_accum);
+  // The settings a divergence usually comes from, with their values: one of them may be off.
+  if (!std::isfinite(loss))
+    user_error("training diverged at step {}: loss is {}{}; its settings: train.lr {:g}, train.grad_clip {:g}, "
+               "optim.eps {:g}, optim.weight_decay {:g}, model.init_std {:g}",
+               step, loss,
+               tc.log_every > 1 && world == 1
+                   ? fmt::format(" (read every {} steps: it diverged at or before this one)", tc.log_every)
+                   : "",
+               tc.lr, tc.grad_clip, run_.cfg.optim.eps, run_.cfg.optim.weight_decay, run_.cfg.model.init_std);
+  return loss;
+}
+
+bool RunGuard::checkpoint_or_stop(int64_t step, bool due, bool& switch_due, TrainSummary& sum) {
+  const TrainConfig& tc = run_.cfg.train;
+  // A signal stops the run after the step whose loss read saw it; one that came later stops the
+  // next step. With ranks, one rank's signal stops all, at the same step.
+  int stop = fired_;
+  if (run_.pg->world_size() > 1) stop = other_rank_stops_ ? (stop ? stop : SIGTERM) : 0;
+  if (run_.can_checkpoint() && (stop || due)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ahead_.give_back(run_);  // the checkpoint records the loader before the next step's batch
+    if (switch_due) run_.switch_unit(), switch_due = false;  // the next step would start with it
+    std::string path;
+    try {
+      path = save_checkpoint(run_, step);  // every rank: sharded state is gathered
+    } catch (const UserError& e) {
+      // The run stops: going on without checkpoints would risk more work than it saves.
+      user_error("{}\ntraining stopped after step {}; {}", e.what(), step,
+                 newest_checkpoint(tc.run_dir, "the cause is fixed"));
+    }
+    if (run_.is_root()) {
+      const double ckpt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      log_->checkpoint_s += ckpt_s;
+      say_(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
+    }
+    run_.pg->barrier();  // the checkpoint is written before any rank goes on (or stops)
+  }
+  if (!stop) return false;
+  sum.stopped_by_signal = stop;
+  // on stderr even when quiet: whoever sent the signal needs to know how to go on
+  const std::string launch =
+      run_.pg->world_size() > 1 ? fmt::format("launch --nproc {} ", run_.dist_env.local_world_size) : "";
+  if (run_.is_root())
+    fmt::print(stderr, "bcdtrain: stopped by signal {} after step {}{}\n", stop, step,
+               run_.can_checkpoint() ? fmt::format("; continue with: bcdtrain {}train --resume {}", launch, tc.run_dir)
+                                     : "");
+  return true;
+}
+
+}  // namespace bcd

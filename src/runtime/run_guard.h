@@ -1,0 +1,83 @@
+// What a run does when a step cannot go on as planned, kept out of the step loop so that the loop
+// reads as the algorithm (DESIGN §4): SIGINT/SIGTERM, NVMe I/O errors, a diverged loss, and the
+// checkpoint-and-stop protocol the ranks agree on.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "data/batch.h"
+#include "runtime/metrics.h"
+#include "runtime/run_setup.h"
+#include "runtime/trainer.h"
+
+namespace bcd {
+
+// Data-parallel BCD (DESIGN.md §6): the next step's first micro-batch and its forward through
+// the frozen blocks below the active unit, computed while this step's gradient is on the wire.
+// This step's update cannot change those blocks, so the result is bitwise what the next step
+// would compute; only while the next step trains the same unit.
+struct RunAhead {
+  Batch batch;
+  torch::Tensor below;
+  LoaderState loader_before;  // to hand the batch back before a checkpoint records the loader
+
+  bool pending() const { return batch.tokens.defined(); }
+  void run(RunSetup& r) {
+    loader_before = r.train_loader.state();
+    batch = r.train_loader.next();
+    below = r.model.frozen_prefix(batch.tokens, r.grad_from());
+  }
+  Batch take(torch::Tensor& below_out) {
+    below_out = std::exchange(below, {});
+    return std::exchange(batch, {});
+  }
+  void give_back(RunSetup& r) {
+    if (!pending()) return;
+    r.train_loader.restore(loader_before);
+    batch = Batch();
+    below = torch::Tensor();
+  }
+};
+
+class RunGuard {
+ public:
+  using Say = std::function<void(const std::string&)>;
+  // Catches SIGINT/SIGTERM from here until it is destroyed (only while steps run: ^C while
+  // sampling just stops); a second signal ends the process at once. `log`: rank 0's, else null.
+  RunGuard(RunSetup& run, RunAhead& ahead, MetricsLog* log, Say say);
+  ~RunGuard();
+  RunGuard(const RunGuard&) = delete;
+  RunGuard& operator=(const RunGuard&) = delete;
+
+  // The block switch and look-ahead at the start of `step`. An NVMe error there stops the run
+  // before the step's first batch, keeping what it can: a checkpoint of step - 1 when every
+  // unit's state can still be read, else the weights alone; the message says which.
+  void start_step(int64_t step, bool switch_due, const std::function<void()>& switch_and_prefetch);
+  // The step's forward and backward. A streamed layer's failed read stops the run before the
+  // update (nothing was trained on it), naming the newest checkpoint to resume from.
+  void compute_step(int64_t step, const std::function<void()>& micro_batches);
+  // The step's loss, the mean over ranks and micro-batches of `loss_sum`, when this step reads it
+  // (`needed`, the first step, a signal, or several ranks: then it travels each step with the
+  // stop flag in one small all-reduce), else NaN. A non-finite loss stops the run.
+  double read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed);
+  // After the step: a checkpoint when one is due (`due`) or a signal stops the run (one rank's
+  // signal stops all, at the same step). True when the run stops here (sum.stopped_by_signal).
+  bool checkpoint_or_stop(int64_t step, bool due, bool& switch_due, TrainSummary& sum);
+
+ private:
+  RunSetup& run_;
+  RunAhead& ahead_;
+  MetricsLog* log_;
+  Say say_;
+  void (*old_int_)(int);
+  void (*old_term_)(int);
+  int fired_ = 0;           // the signal this step's loss read saw
+  bool other_rank_stops_ = false;  // a rank's signal, from the all-reduce
+};
+
+}  // namespace bcd

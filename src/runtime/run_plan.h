@@ -1,0 +1,42 @@
+// A config resolved into its memory plan: the one path `bcdtrain plan`, `train --dry-run` and a
+// run take, so what `plan` prints is what the run will do.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "base/config.h"
+#include "data/dataset.h"
+#include "memory/planner.h"
+
+namespace bcd {
+
+// Where a run is planned: the machine as the run finds it, or as `plan` assumes it (a login node
+// plans a GPU run without a GPU at hand).
+struct PlanSite {
+  torch::Device device{torch::kCPU};  // the compute device at hand: a GPU's memory is compute_bytes = auto
+  bool on_cuda = false;               // planned as a GPU run (fused attention, a GPU's stream rates)
+  int local_ranks = 1;                // ranks sharing this machine's RAM
+  int world_ranks = 1;                // ranks of the run: dist.shard_state shards the block state over them
+};
+
+// What the run is made of, resolved from the config (which stays as given: "auto" budgets are
+// resolved again by a resume on other ranks).
+struct RunPlan {
+  ModelConfig model;    // the shape that is built (HF config.json, init_from, vocab_size from the data)
+  MemoryConfig memory;  // the budgets as planned: auto resolved for this device and this rank's share
+  int local_ranks = 1;  // ranks sharing this machine (its RAM)
+  int shards = 1;       // ranks the block state is sharded over
+  MemoryPlan plan;
+};
+
+// The plan of `cfg` at `site`. `data`: the run's (first) dataset when it is at hand: the model's
+// vocabulary, seq_len and [model] init_from's tokenizer are checked against it (UserError naming
+// the key); without it [model] vocab_size must be set.
+RunPlan resolve_plan(const Config& cfg, const PlanSite& site, const TokenDataset* data);
+
+// The `bcdtrain plan` report: a line on the ranks when there are several, then format_plan.
+std::string format_run_plan(const RunPlan& rp);
+
+}  // namespace bcd
