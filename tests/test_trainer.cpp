@@ -375,13 +375,18 @@ TEST_F(TrainerRun, OnATerminalTheStepLineIsRedrawnInPlace) {
 }
 
 // train.plot: a run draws its own plots into <run_dir>/plots when it ends, and says where.
+// train.plot, with a run directory named like an attack on the plotting (a newline then
+// gnuplot's `!` shell escape, `;`, backticks, $(), a double quote): the name is data, never
+// gnuplot program text, so nothing runs and the plots are drawn.
 TEST_F(TrainerRun, PlotTrueDrawsThePngsWhenTheRunEnds) {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "no gnuplot to draw with (scripts/setup.sh installs gnuplot-nox)";
-  const std::string run = run_dir("plot");
-  auto r = test::run_bcdtrain(train_tiny() +
-                              " --model.n_layers=2 --train.steps=4 --train.val_every=2 --sample.prompts='[]'"
-                              " --train.plot=true --train.run_dir=" + run);
+  const std::string base = run_dir("plot");
+  std::filesystem::create_directories(base);
+  const std::string run = base + "/run\n!touch pwned1; `touch pwned2` $(touch pwned3) \"x";
+  auto r = test::run_shell("cd '" + base + "' && " + BCD_BINARY + " " + train_tiny() +
+                           " --model.n_layers=2 --train.steps=4 --train.val_every=2 --sample.prompts='[]'"
+                           " --train.plot=true '--train.run_dir=" + run + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* f : {"loss_vs_step", "loss_vs_time", "tokens_per_s", "memory"}) {
     const std::string png = run + "/plots/" + f + ".png";
@@ -389,6 +394,8 @@ TEST_F(TrainerRun, PlotTrueDrawsThePngsWhenTheRunEnds) {
     EXPECT_EQ(test::read_text(png).substr(0, 8), "\x89PNG\r\n\x1a\n") << png;
     EXPECT_GT(std::filesystem::file_size(png), 1024u) << png;
   }
+  for (const char* p : {"pwned1", "pwned2", "pwned3"})
+    EXPECT_FALSE(std::filesystem::exists(base + "/" + p)) << p << ": the run directory's name ran as a command";
   EXPECT_NE(r.output.find("plots: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" in " + run + "/plots (loss_vs_step.png"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
