@@ -140,19 +140,23 @@ TEST(DistEnv, EachLocalRankGetsItsOwnGpu) {
 }
 
 TEST(Launch, ParsesItsOptionsAndLeavesTheCommand) {
+  test::TempDir dir("bcd-launch-parse");
+  const std::string cfg = dir.file("c.toml");
+  test::write_text(cfg, "[train]\nsteps = 3\n");
   LaunchOptions o;
-  const auto cmd = parse_launch_args({"--nproc", "4", "--master-port=29555", "train", "--config", "c.toml",
+  const auto cmd = parse_launch_args({"--nproc", "4", "--oversubscribe", "--master-port=29555", "train", "--config", cfg,
                                       "--train.steps=3"}, o);
   EXPECT_EQ(o.nproc, 4);
+  EXPECT_TRUE(o.oversubscribe);
   EXPECT_EQ(o.master_port, 29555);
-  EXPECT_EQ(cmd, (std::vector<std::string>{"train", "--config", "c.toml", "--train.steps=3"}));
+  EXPECT_EQ(cmd, (std::vector<std::string>{"train", "--config", cfg, "--train.steps=3"}));
   LaunchOptions m;
   const auto cmd2 = parse_launch_args({"--nnodes", "2", "--node-rank", "1", "--nproc", "2", "--master-addr", "n0",
-                                       "--master-port", "29500", "--", "--weird", "train"}, m);
+                                       "--master-port", "29500", "--", "train", "--resume", dir.path()}, m);
   EXPECT_EQ(m.nnodes, 2);
   EXPECT_EQ(m.node_rank, 1);
   EXPECT_EQ(m.master_addr, "n0");
-  EXPECT_EQ(cmd2, (std::vector<std::string>{"--weird", "train"}));
+  EXPECT_EQ(cmd2, (std::vector<std::string>{"train", "--resume", dir.path()}));
 }
 
 // A config written for N ranks says so ([dist] nproc): launch without --nproc starts that many,
@@ -162,17 +166,35 @@ TEST(Launch, WithoutNprocTheConfigsDistNprocIsTaken) {
   const std::string cfg = dir.file("c.toml");
   test::write_text(cfg, "[dist]\nnproc = 3\n");
   LaunchOptions a, b, c, d;
-  parse_launch_args({"train", "--config", cfg, "--train.steps=3"}, a);
+  parse_launch_args({"--oversubscribe", "train", "--config", cfg, "--train.steps=3"}, a);
   EXPECT_EQ(a.nproc, 3);
   parse_launch_args({"train", "--config=" + cfg, "--dist.nproc=2"}, b);
   EXPECT_EQ(b.nproc, 2);
-  parse_launch_args({"--nproc", "4", "train", "--config", cfg}, c);
-  EXPECT_EQ(c.nproc, 4);
+  parse_launch_args({"--nproc", "1", "train", "--config", cfg}, c);
+  EXPECT_EQ(c.nproc, 1);
   parse_launch_args({"train", "--resume", dir.path()}, d);
   EXPECT_EQ(d.nproc, 1);
   LaunchOptions e;
   EXPECT_NE(error_of([&] { parse_launch_args({"train", "--config", cfg, "--dist.nproc=0"}, e); }).find("[dist] nproc"),
             std::string::npos);
+}
+
+// More ranks than the machine has cores (a CPU run) are refused at once, before any rank starts,
+// unless --oversubscribe asks for them: `launch --nproc 1000` once spawned ranks for minutes.
+TEST(Launch, MoreRanksThanTheMachineHoldsNeedOversubscribe) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::run_bcdtrain("launch --nproc 1000 train --config " + test::source_path("configs/tiny.toml"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("launch: 1000 ranks on a machine with " + std::to_string(cores) + " cores"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--oversubscribe"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("bcdtrain launch: rank"), std::string::npos) << "a rank was started:\n" << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));  // refused, not spawned
+  LaunchOptions o;
+  parse_launch_args({"--nproc", std::to_string(cores + 1), "--oversubscribe", "train", "--config",
+                     test::source_path("configs/tiny.toml")}, o);
+  EXPECT_EQ(o.nproc, cores + 1);
 }
 
 TEST(Launch, BadOptionsAreRefused) {
@@ -184,9 +206,16 @@ TEST(Launch, BadOptionsAreRefused) {
   EXPECT_NE(error_of([&] { parse_launch_args({"--nnodes", "2", "--node-rank", "2", "--master-port", "1", "train"}, o); })
                 .find("--node-rank 2"),
             std::string::npos);
+  // Only train runs on every rank: another command (or an unknown one) starts no rank.
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2", "eval", "--run", "r"}, o); })
+                .find("launch: runs `train` on every rank; `eval` is meant to run once"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2", "nonsense"}, o); }).find("`nonsense`"), std::string::npos);
+  // A config that cannot be read is refused by the launcher, before any rank starts.
   auto r = test::run_bcdtrain("launch --nproc 2 train --config /no/such.toml");
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("bcdtrain launch: rank"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("/no/such.toml: cannot open config file"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("bcdtrain launch: rank"), std::string::npos) << r.output;
 }
 
 // ---- Training on two ranks ----

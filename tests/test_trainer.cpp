@@ -171,6 +171,11 @@ TEST_F(TrainerRun, TinyConfigLearnsIn30Steps) {
   auto g = test::run_bcdtrain("generate --run " + run + " --prompt 'The cat' --max-new-tokens 5 --seed 3");
   ASSERT_EQ(g.exit_code, 0) << g.output;
   EXPECT_NE(g.output.find("The cat"), std::string::npos) << g.output;
+  // More new tokens than the model's context is refused at once, naming both.
+  auto huge = test::run_bcdtrain("generate --run " + run + " --prompt 'The cat' --max-new-tokens 1000000000000");
+  EXPECT_EQ(huge.exit_code, 2) << huge.output;
+  EXPECT_NE(huge.output.find("--max-new-tokens 1000000000000 exceeds the model's max_seq_len"), std::string::npos)
+      << huge.output;
   auto e = test::run_bcdtrain("eval --run " + run + " --batches 4");
   ASSERT_EQ(e.exit_code, 0) << e.output;
   auto ej = nlohmann::json::parse(e.output.substr(e.output.find('{')));

@@ -9,7 +9,7 @@
 namespace bcd::cli {
 
 void add_launch(CLI::App& app) {
-  app.add_subcommand("launch", "run a command as N data-parallel ranks: launch [--nproc N (default: the config's [dist] nproc)] [--nnodes M --node-rank K "
+  app.add_subcommand("launch", "run `train` as N data-parallel ranks: launch [--nproc N (default: the config's [dist] nproc)] [--oversubscribe] [--nnodes M --node-rank K "
                                "--master-addr HOST --master-port PORT] train --config FILE ...")
       ->allow_extras();
 }

@@ -98,6 +98,11 @@ Command add_generate(CLI::App& app) {
     if (tok.vocab_size() > cfg.model.vocab_size)
       user_error("generate: {} has {} pieces, more than the model's vocab_size {}", m.tokenizer, tok.vocab_size(),
                  cfg.model.vocab_size);
+    // Past max_seq_len the model only slides over its own output; an unbounded count (a typo,
+    // 1e12) would print nothing for hours.
+    if (f->so.max_new_tokens > cfg.model.max_seq_len)
+      user_error("generate: --max-new-tokens {} exceeds the model's max_seq_len {} (at most that many tokens)",
+                 f->so.max_new_tokens, cfg.model.max_seq_len);
     std::vector<std::string> prompts = f->prompts;
     if (prompts.empty()) prompts = cfg.sample.prompts;
     if (prompts.empty()) user_error("generate: no --prompt given and the run's [sample] prompts are empty");

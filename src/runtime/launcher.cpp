@@ -10,11 +10,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "base/bytes.h"
@@ -78,9 +83,9 @@ struct Rank {
   int status = 0;
 };
 
-// Without --nproc: the [dist] nproc of the command's --config FILE and --section.key=value
-// overrides (a config written for N ranks says so), else 1.
-int config_nproc(const std::vector<std::string>& command) {
+// The config of the command's --config FILE and --section.key=value overrides; none without
+// either (a resume: its config is in the checkpoint).
+std::optional<Config> command_config(const std::vector<std::string>& command) {
   std::string file;
   std::vector<std::string> overrides;
   for (size_t k = 1; k < command.size(); ++k) {
@@ -89,8 +94,28 @@ int config_nproc(const std::vector<std::string>& command) {
     else if (a.rfind("--config=", 0) == 0) file = a.substr(9);
     else if (a.rfind("--", 0) == 0 && a.find('.') < a.find('=') && a.find('=') != std::string::npos) overrides.push_back(a);
   }
-  if (file.empty() && overrides.empty()) return 1;
-  return static_cast<int>(load_config(file, overrides).dist.nproc);
+  if (file.empty() && overrides.empty()) return std::nullopt;
+  return load_config(file, overrides);
+}
+
+// GPUs this process may use, without initialising CUDA before the fork: CUDA_VISIBLE_DEVICES'
+// entries when it is set, else the driver's list.
+int visible_gpus() {
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) {
+    int n = 0;
+    for (std::string_view s(v); !s.empty();) {
+      const size_t comma = s.find(',');
+      n += s.substr(0, comma).find_first_not_of(' ') != std::string_view::npos ? 1 : 0;
+      s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
+    }
+    return n;
+  }
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
 }
 
 }  // namespace
@@ -124,14 +149,31 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
       opt.master_port = parse_int(a, get(), 1, 65535);
     } else if (a == "--grace") {
       opt.grace_s = parse_int(a, get(), 0, 86400);
+    } else if (a == "--oversubscribe") {
+      if (inline_value) user_error("launch: --oversubscribe takes no value");
+      opt.oversubscribe = true;
     } else {
       break;
     }
   }
   std::vector<std::string> command(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   if (command.empty()) user_error("launch: no command to run (e.g. bcdtrain launch --nproc 2 train --config FILE)");
-  if (command[0] == "launch") user_error("launch: the command cannot be launch itself");
-  if (!nproc_given) opt.nproc = config_nproc(command);
+  if (command[0] != "train")
+    user_error("launch: runs `train` on every rank; `{}` is meant to run once: run `bcdtrain {}` without launch",
+               command[0], command[0]);
+  const std::optional<Config> cfg = command_config(command);
+  if (!nproc_given) opt.nproc = cfg ? static_cast<int>(cfg->dist.nproc) : 1;
+  // More ranks than cores (or GPUs) only slow each other down, and a mistyped --nproc 1000
+  // would take the machine for minutes: refused unless asked for.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int gpus = visible_gpus();
+  const DeviceChoice device = cfg ? cfg->train.device : DeviceChoice::kAuto;
+  const bool on_gpus = device == DeviceChoice::kCuda || (device == DeviceChoice::kAuto && gpus > 0);
+  const int room = on_gpus ? gpus : cores;
+  if (opt.nproc > room && !opt.oversubscribe)
+    user_error("launch: {} ranks on a machine with {} {} (train.device = \"{}\"): more ranks than {} only slow each "
+               "other down; give --oversubscribe to start them anyway",
+               opt.nproc, room, on_gpus ? "GPUs" : "cores", name_of(device), on_gpus ? "GPUs" : "cores");
   if (opt.node_rank >= opt.nnodes)
     user_error("launch: --node-rank {} is outside --nnodes {}", opt.node_rank, opt.nnodes);
   if (opt.nnodes > 1 && opt.master_port == 0)

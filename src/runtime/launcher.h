@@ -14,10 +14,13 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";  // host of rank 0 (its TCP store)
   int master_port = 0;            // 0: a free port of this host (single node only)
   double grace_s = 30;            // after a rank fails, how long the others get to stop before SIGKILL
+  bool oversubscribe = false;     // allow more ranks than this machine has cores (CPU) or GPUs (CUDA)
 };
 
 // Parses `launch`'s own options from the front of `args` (up to the first one it does not know,
-// or "--") and returns the rest: the command each rank runs. UserError on a bad option.
+// or "--") and returns the rest: the command each rank runs. UserError on a bad option, on a
+// command other than `train` (the one meant to run on every rank), and on more ranks than the
+// machine has cores (train.device cpu) or GPUs (cuda) without --oversubscribe.
 std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt);
 
 // Runs `command` (bcdtrain's arguments, e.g. {"train", "--config", "c.toml"}) as opt.nproc
