@@ -389,6 +389,11 @@ void DistConfig::validate() const {
   if (nproc < 1 || nproc > 1024) user_error("config: [dist] nproc: expected 1 to 1024 ranks per machine, got {}", nproc);
 }
 
+// named_template maps SampleChat's templates onto ChatTemplate by position.
+static_assert(static_cast<int>(SampleChat::kChatML) - static_cast<int>(SampleChat::kPlain) ==
+                  static_cast<int>(ChatTemplate::kChatML),
+              "SampleChat's templates must follow ChatTemplate's order");
+
 void validate_config(const Config& c) {
   Config sections = c;  // visit_sections visits for writing too; validate() only reads
   auto each = [](const char*, const auto& section) { section.validate(); };

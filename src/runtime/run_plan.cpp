@@ -14,6 +14,10 @@
 
 namespace bcd {
 
+int state_shards(const Config& cfg, int world_ranks) {
+  return world_ranks > 1 && cfg.dist.shard_state && cfg.optim.impl == OptimImpl::kFused ? world_ranks : 1;
+}
+
 RunPlan resolve_plan(const Config& cfg, const PlanSite& site, const TokenDataset* data) {
   RunPlan rp;
   rp.model = resolve_model_config(cfg.model);
@@ -39,7 +43,7 @@ RunPlan resolve_plan(const Config& cfg, const PlanSite& site, const TokenDataset
   apply_device_budget(rp.memory, site.device);  // compute_bytes = auto: the GPU's memory on CUDA
   share_machine_memory(rp.memory, site.device, site.local_ranks);
   rp.local_ranks = site.local_ranks;
-  rp.shards = site.world_ranks > 1 && cfg.dist.shard_state && cfg.optim.impl == OptimImpl::kFused ? site.world_ranks : 1;
+  rp.shards = state_shards(cfg, site.world_ranks);
   // The weight stream's rates: [memory] stream_gbps / stream_tflops, else this GPU's (a known
   // one's peak), else a 4090-class default.
   std::optional<double> peak;

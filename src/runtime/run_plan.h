@@ -31,6 +31,10 @@ struct RunPlan {
   MemoryPlan plan;
 };
 
+// Ranks the block state is sharded over in a run of `world_ranks` ranks: all of them with
+// dist.shard_state and the fused optimizer, else 1.
+int state_shards(const Config& cfg, int world_ranks);
+
 // The plan of `cfg` at `site`. `data`: the run's (first) dataset when it is at hand: the model's
 // vocabulary, seq_len and [model] init_from's tokenizer are checked against it (UserError naming
 // the key); without it [model] vocab_size must be set.

@@ -36,6 +36,15 @@ torch::Device start_compute(const TrainConfig& tc, const DistEnv& env) {
   return resolve_device(tc.device, env.local_rank, env.local_world_size);
 }
 
+// The dataset in `dir`, a refusal naming [data] `key` when it cannot be opened.
+TokenDataset open_dataset(const std::string& dir, const char* key) {
+  try {
+    return TokenDataset::open(dir);
+  } catch (const UserError& e) {
+    user_error("config: [data] {}: {}", key, e.what());
+  }
+}
+
 // [data] path, or paths mixed by weights. A mixture's datasets must share one tokenizer (the same
 // ids for the same words) and its vocabulary; the first one's stands for all of them. (How path,
 // paths and weights go together is checked when the config loads.)
@@ -43,24 +52,14 @@ std::vector<DataSource> open_sources(const DataConfig& data) {
   if (data.paths.empty()) {
     if (data.path.empty())
       user_error("config: [data] path is required (a directory from `bcdtrain prepare`), or paths for a mixture");
-    try {
-      return {DataSource{TokenDataset::open(data.path), 1.0}};
-    } catch (const UserError& e) {
-      user_error("config: [data] path: {}", e.what());
-    }
+    return {DataSource{open_dataset(data.path, "path"), 1.0}};
   }
   double total = 0;
   for (double w : data.weights) total += w;
   std::vector<DataSource> out;
   std::string first_tokenizer;
   for (size_t i = 0; i < data.paths.size(); ++i) {
-    std::optional<TokenDataset> ds;
-    try {
-      ds.emplace(TokenDataset::open(data.paths[i]));
-    } catch (const UserError& e) {
-      user_error("config: [data] paths: {}", e.what());
-    }
-    DataSource s{std::move(*ds), data.weights.empty() ? 1.0 : data.weights[i] / total};
+    DataSource s{open_dataset(data.paths[i], "paths"), data.weights.empty() ? 1.0 : data.weights[i] / total};
     const std::string tok = read_file(s.ds.tokenizer_path(), "tokenizer model");
     if (i == 0) {
       first_tokenizer = tok;
@@ -332,7 +331,7 @@ bool RunSetup::can_run_ahead(int64_t step) const {
 }
 
 int RunSetup::shards() const {
-  return cfg.dist.shard_state && cfg.optim.impl == OptimImpl::kFused ? pg->world_size() : 1;
+  return state_shards(cfg, pg->world_size());
 }
 
 void RunSetup::update(double lr) {
