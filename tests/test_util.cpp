@@ -13,9 +13,34 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 #include "base/error.h"
 
 namespace bcd::test {
+namespace {
+
+// A suite whose SetUpTestSuite failed is a failure, said so, exit 1. gtest marks every test of
+// that suite skipped, and ctest, which reads "[  SKIPPED ]" in the output as a skip whatever the
+// exit code, would report a broken suite as skipped tests. End events reach the listeners
+// appended last first, so this runs before the default printer writes "[  SKIPPED ]".
+class SuiteSetUpFailure : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& test) override {
+    const ::testing::TestSuite* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
+    if (!test.result()->Skipped() || !suite || !suite->ad_hoc_test_result().Failed()) return;
+    std::printf("[  FAILED  ] %s.%s: the set-up of its suite (SetUpTestSuite) failed, above\n",
+                test.test_suite_name(), test.name());
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+};
+
+const bool kSuiteSetUpFailureInstalled = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new SuiteSetUpFailure);
+  return true;
+}();
+
+}  // namespace
 
 TempDir::TempDir(const std::string& tag) {
   const char* base = std::getenv("TMPDIR");
