@@ -144,6 +144,7 @@ TEST_F(DiskFull, ExportAndPrepareThatDoNotFitAreOneLine) {
   EXPECT_EQ(e.exit_code, 2) << e.output;
   EXPECT_NE(e.output.find(at + "/hf/model.safetensors"), std::string::npos) << e.output;
   EXPECT_NE(e.output.find("No space left on device"), std::string::npos) << e.output;
+  EXPECT_FALSE(fs::exists(at + "/hf")) << "the directory the failed export created goes with it";
   auto p = test::run_bcdtrain("prepare --input /usr/share/games/fortunes --out " + at + "/ds --vocab-size 512");
   EXPECT_EQ(p.exit_code, 2) << p.output;
   EXPECT_NE(p.output.find(at + "/ds"), std::string::npos) << p.output;

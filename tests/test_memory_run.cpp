@@ -218,6 +218,7 @@ TEST_F(MemoryRun, InjectedNvmeFaultsStopTheRunBeforeAnythingCorruptIsUsed) {
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.spec << "\n" << r.output;
     EXPECT_NE(r.output.find(nvme(name)), std::string::npos) << "names the file: " << r.output;
     EXPECT_FALSE(std::filesystem::exists(run(name) + "/model.h5")) << c.spec << ": no weights from a failed run";
+    EXPECT_EQ(nvme_leftovers(name), std::vector<std::string>{}) << c.spec << ": the failed run's NVMe files stay";
     // what it saved before the fault is the clean run's, bit for bit; a checkpoint the clean run
     // did not write was saved when the fault stopped the run: resumed, it ends as the clean run
     const auto kept = list_checkpoints(run(name) + "/checkpoints");

@@ -159,6 +159,14 @@ TEST(StreamingPrepare, JsonlTextRecordsAreDocuments) {
   EXPECT_FALSE(fs::exists(opt.out_dir));
   opt.skip_bad = true;
   EXPECT_EQ(prepare_dataset(opt).n_bad_records, 1);
+
+  // When what --skip-bad leaves cannot be split, the refusal counts what it skipped.
+  test::write_text(tmp.file("b.jsonl"), "{\"text\": \"the one good record\"}\n{\"txt\": 1}\n{\"txt\": 2}\n");
+  opt.inputs = {tmp.file("b.jsonl")};
+  opt.out_dir = tmp.file("ds3");
+  msg = test::error_of([&] { prepare_dataset(opt); });
+  EXPECT_NE(msg.find("hold 1 non-empty document(s)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--skip-bad skipped 2 bad record(s)"), std::string::npos) << msg;
 }
 
 // An interrupted prepare's temporary directory is pointed out, not deleted, and a new prepare runs.

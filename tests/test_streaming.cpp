@@ -115,6 +115,7 @@ TEST_F(StreamRun, AFailedReadOfNvmeHomedWeightsStopsTheRunBeforeTheUpdate) {
     const nlohmann::json summary = nlohmann::json::parse(test::read_text(run(name) + "/summary.json"));
     EXPECT_EQ(summary["status"], "failed");
     EXPECT_EQ(summary["steps"].get<int64_t>(), static_cast<int64_t>(m.size()));
+    EXPECT_EQ(nvme_leftovers(name), std::vector<std::string>{}) << spec << ": the streamed weights' files stay";
   }
 }
 
@@ -134,6 +135,7 @@ TEST_F(StreamRun, AResumeOfAStreamedRunIsExact) {
     auto rest = test::run_bcdtrain("train --quiet --resume " + run(split) + " --train.steps=14");
     ASSERT_EQ(rest.exit_code, 0) << rest.output;
     expect_same_runs(full, split, 14, /*val=*/false);
+    EXPECT_EQ(nvme_leftovers("resume-" + home), std::vector<std::string>{}) << "no empty weights/ stays";
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "base/config.h"
 #include "model/llama.h"
@@ -39,6 +40,14 @@ class TrainRun : public ::testing::Test {
   static std::string nvme(const std::string& name) {
     std::filesystem::create_directories(dir_->file("nvme-" + name));
     return dir_->file("nvme-" + name);
+  }
+  // What a run left in the NVMe directory `name` (file and directory names, depth first): a run
+  // that keeps no NVMe state leaves nothing there, however it ends.
+  static std::vector<std::string> nvme_leftovers(const std::string& name) {
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir_->file("nvme-" + name)))
+      left.push_back(std::filesystem::relative(e.path(), dir_->file("nvme-" + name)).string());
+    return left;
   }
   // Two weights files (or checkpoints) hold the same model, bit for bit.
   static void expect_same_weights(const std::string& a, const std::string& b) {

@@ -86,12 +86,14 @@ struct SplitCounts {
   }
 };
 
-SplitRule split_rule(const SplitCounts& c, double fraction) {
+SplitRule split_rule(const SplitCounts& c, double fraction, int64_t n_bad) {
+  // What --skip-bad took away is part of why too few are left.
+  const std::string skipped = n_bad > 0 ? fmt::format("; --skip-bad skipped {} bad record(s)", n_bad) : "";
   if (c.n < 2) {
     user_error(
         "prepare: the inputs hold {} non-empty document(s), expected at least 2 "
-        "(one for train, one for validation)",
-        c.n);
+        "(one for train, one for validation){}",
+        c.n, skipped);
   }
   SplitRule rule{fraction};
   int64_t n_val = c.n_val;
@@ -105,8 +107,8 @@ SplitRule split_rule(const SplitCounts& c, double fraction) {
   if (n_val == 0 || n_val == c.n) {
     user_error(
         "prepare: the {} documents are all identical, so they cannot be split into "
-        "train and validation (expected at least 2 distinct documents)",
-        c.n);
+        "train and validation (expected at least 2 distinct documents){}",
+        c.n, skipped);
   }
   return rule;
 }
@@ -411,7 +413,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     report.n_bad_records = docs.n_bad();
     report.n_docs_cut = docs.n_cut();
   }
-  const SplitRule rule = split_rule(counts, opt.val_fraction);
+  const SplitRule rule = split_rule(counts, opt.val_fraction, report.n_bad_records);
 
   fs::create_directories(out.parent_path().empty() ? fs::path(".") : out.parent_path(), ec);
   StagingDir staging(out);

@@ -13,6 +13,10 @@ class DirLock {
   // `what` says what the directory is ("run directory").
   DirLock(const std::string& dir, const std::string& what);
   ~DirLock();
+  // The same UserError when another process holds `dir`'s lock now, without taking it (and
+  // without creating the lock file): for a command that reads a directory before it locks it,
+  // so that a busy directory is named as such rather than as the half-written run it holds.
+  static void check_free(const std::string& dir, const std::string& what);
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
 

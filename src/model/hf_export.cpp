@@ -39,13 +39,13 @@ bool is_export_name(const std::string& name) {
 
 bool is_temp_name(const std::string& name) { return name.find(".tmp") != std::string::npos; }
 
-// OUT absent: created. Present: must be empty or hold only a previous export of ours.
-void prepare_out_dir(const std::string& out) {
+// OUT absent: created (true). Present: must be empty or hold only a previous export of ours.
+bool prepare_out_dir(const std::string& out) {
   std::error_code ec;
   if (!fs::exists(out, ec)) {
     if (!fs::create_directories(out, ec) && ec)
       user_error("{}: cannot create the output directory ({})", out, ec.message());
-    return;
+    return true;
   }
   if (!fs::is_directory(out)) user_error("{}: exists and is not a directory", out);
   bool any = false, ours = false;
@@ -71,6 +71,7 @@ void prepare_out_dir(const std::string& out) {
   if (any && !ours)
     user_error("{}: not empty and not a previous bcdtrain export (no bcdtrain safetensors file in it); choose a new "
                "or empty directory", out);
+  return false;
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
@@ -150,10 +151,12 @@ std::string hf_config_json(const ModelConfig& m, const std::string& base_config_
   return j.dump(2) + "\n";
 }
 
-HfExportReport export_hf_model(const LlamaModel& model, const std::string& out_dir, st::Dtype dtype,
-                               uint64_t shard_bytes, const std::string& base_config_json) {
-  BCD_CHECK(hf_float_dtype(dtype), "export dtype {}", st::dtype_name(dtype));
-  prepare_out_dir(out_dir);
+namespace {
+
+// The files of an export into the prepared `out_dir`: the shards, their index and config.json; a
+// previous export's other files are removed last.
+HfExportReport write_hf_files(const LlamaModel& model, const std::string& out_dir, st::Dtype dtype,
+                              uint64_t shard_bytes, const std::string& base_config_json) {
   const std::vector<HfTensor> tensors = hf_tensor_map(model);
   const uint64_t es = st::dtype_size(dtype);
 
@@ -216,6 +219,24 @@ HfExportReport export_hf_model(const LlamaModel& model, const std::string& out_d
     fs::remove(e.path(), ec);
   }
   return r;
+}
+
+}  // namespace
+
+HfExportReport export_hf_model(const LlamaModel& model, const std::string& out_dir, st::Dtype dtype,
+                               uint64_t shard_bytes, const std::string& base_config_json) {
+  BCD_CHECK(hf_float_dtype(dtype), "export dtype {}", st::dtype_name(dtype));
+  // An export that fails goes with the directory it created: no empty or half-written OUT stays.
+  // (An earlier export's directory is left as the failure found it: its files are ours to replace
+  // on the next try, as prepare_out_dir allows.)
+  const bool created = prepare_out_dir(out_dir);
+  try {
+    return write_hf_files(model, out_dir, dtype, shard_bytes, base_config_json);
+  } catch (...) {
+    std::error_code ec;
+    if (created) fs::remove_all(out_dir, ec);
+    throw;
+  }
 }
 
 HfExportReport export_hf(const HfExportOptions& opt) {
