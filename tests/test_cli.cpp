@@ -2,7 +2,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string_view>
 
+#include "base/config.h"
+#include "base/printable.h"
+#include "data/chat.h"
+#include "data/tokenizer.h"
+#include "model/llama.h"
+#include "model/weights.h"
+#include "runtime/run_setup.h"
+#include "runtime/sampler.h"
 #include "test_util.h"
 
 namespace bcd {
@@ -74,8 +83,8 @@ TEST_F(Cli, VocabulariesThatDisagreeAreRefusedUpFront) {
 
   // Flags at the edges of their ranges: nan is no number, a vanishing temperature samples the
   // argmax, a batch beyond memory is refused before it is allocated.
-  expect_exit2("generate --run " + run + " --prompt A --temperature nan", {"--temperature", "finite"});
-  expect_exit2("generate --run " + run + " --prompt A --top-p nan", {"--top-p", "finite"});
+  expect_exit2("generate --run " + run + " --prompt A --temperature nan", {"--temperature: expected a number >= 0, got nan"});
+  expect_exit2("generate --run " + run + " --prompt A --top-p nan", {"--top-p: expected a number from 1e-06 to 1, got nan"});
   auto tiny_t = test::run_bcdtrain("generate --run " + run + " --prompt A --max-new-tokens 4 --temperature 1e-300");
   EXPECT_EQ(tiny_t.exit_code, 0) << tiny_t.output;
   expect_exit2("eval --run " + run + " --batch-size 100000000", {"eval: a batch of 100000000 sequences", "--batch-size"});
@@ -171,7 +180,7 @@ TEST_F(Cli, PrepareBadInputLeavesNothingBehind) {
 }
 
 TEST_F(Cli, GenerateFromMissingRun) {
-  expect_exit2("generate --run " + dir_->file("no-run"), {"no-run", "model.h5"});
+  expect_exit2("generate --run " + dir_->file("no-run"), {"--run " + dir_->file("no-run"), "no such directory"});
 }
 
 TEST_F(Cli, CorruptDatasetFile) {
@@ -190,6 +199,111 @@ TEST_F(Cli, HelpAndConfigReference) {
   r = test::run_bcdtrain("config --config " + test::source_path("configs/tiny.toml") + " --train.steps=7");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("steps = 7"), std::string::npos) << r.output;
+}
+
+// ---- generate: text as it comes ----
+
+// A model of random weights on the fixture's tokenizer: a random model draws byte-fallback
+// tokens often, so characters split across tokens and bytes that are no UTF-8 come up.
+ModelConfig random_model_config(int64_t vocab_size) {
+  ModelConfig m;
+  m.vocab_size = vocab_size;
+  m.d_model = 32;
+  m.n_layers = 1;
+  m.n_heads = 2;
+  m.n_kv_heads = 2;
+  m.d_ff = 64;
+  m.max_seq_len = 64;
+  m.init_std = 0.5;  // logits far apart: greedy picks no near-ties that a thread count could flip
+  return m;
+}
+
+bool whole_characters(std::string_view piece) { return utf8_complete_prefix(piece) == piece.size(); }
+
+// A character spelt in byte-fallback tokens is handed out once whole; the pieces add up to the
+// decode of every id.
+TEST_F(Cli, GenerateStreamsWholeCharacters) {
+  const Tokenizer tok = Tokenizer::load(dir_->file("data/tokenizer.model"));
+  const std::vector<int> ids = tok.encode("na\xc3\xafve \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e ok \xf0\x9f\x99\x82.");
+  TextStream stream(tok);
+  std::string shown;
+  int held = 0;  // tokens after which nothing could be shown yet
+  for (int id : ids) {
+    const std::string piece = stream.add({id});
+    EXPECT_TRUE(whole_characters(piece)) << printable_line(piece);
+    EXPECT_EQ(piece.find("\xef\xbf\xbd"), std::string::npos) << "a stand-in U+FFFD was shown: " << printable_line(piece);
+    held += piece.empty();
+    shown += piece;
+  }
+  shown += stream.finish();
+  EXPECT_EQ(shown, tok.decode(ids));
+  EXPECT_EQ(stream.text(), tok.decode(ids));
+  EXPECT_GT(held, 0) << "no character of the text was split across tokens: the case tests nothing";
+}
+
+// generate_text hands its text to the sink once for the prompt, once per token drawn and once at
+// the end, and the pieces add up to what it returns; generate_chat's add up to its answer too.
+TEST_F(Cli, GenerateHandsOutEachTokenAsItIsDrawn) {
+  const Tokenizer tok = Tokenizer::load(dir_->file("data/tokenizer.model"));
+  const LlamaModel model(random_model_config(tok.vocab_size()), torch::kFloat32, /*seed=*/7);
+  SampleOptions so;
+  so.max_new_tokens = 32;
+  so.temperature = 1.0, so.top_k = 0, so.top_p = 1.0;  // every token may come, byte tokens too
+  configure_threads(1);  // a tiny model: more threads only wait for each other
+  for (uint64_t seed : {1, 2}) {
+    std::vector<std::string> pieces;
+    const auto sink = [&](std::string_view piece) { pieces.emplace_back(piece); };
+    const std::string text = generate_text(model, tok, "The cat", so, seed, sink);
+    // The tokens it drew: the same draw without a sink.
+    std::vector<int> ctx = {tok.eos_id()};
+    for (int id : tok.encode("The cat")) ctx.push_back(id);
+    SampleOptions stop = so;
+    stop.stop_token = tok.eos_id();
+    const std::vector<int> drawn = generate_tokens(model, ctx, stop, seed);
+    EXPECT_EQ(pieces.size(), drawn.size() + 2 - (drawn.back() == tok.eos_id() ? 1 : 0)) << "seed " << seed;
+    std::string all;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (i + 1 < pieces.size()) {
+        EXPECT_TRUE(whole_characters(pieces[i])) << printable_line(pieces[i]);
+      }
+      all += pieces[i];
+    }
+    EXPECT_EQ(all, text) << "seed " << seed;
+
+    std::string chat_all;
+    const std::string chat = generate_chat(model, tok, chat_template_from_name("chatml"), "What is 2 plus 3?", so, seed,
+                                           [&](std::string_view piece) { chat_all += piece; });
+    EXPECT_EQ(chat_all, chat) << "seed " << seed;
+    EXPECT_EQ(chat, generate_chat(model, tok, chat_template_from_name("chatml"), "What is 2 plus 3?", so, seed))
+        << "a sink changes nothing";
+  }
+}
+
+// The binary prints what generate_text returns, as it comes, escaped: the prompt's terminal
+// codes come out written out, and so would any the model writes.
+TEST_F(Cli, GeneratePrintsTheTextEscaped) {
+  const Tokenizer tok = Tokenizer::load(dir_->file("data/tokenizer.model"));
+  Config cfg;
+  cfg.model = random_model_config(tok.vocab_size());
+  cfg.train.threads = 1;
+  const LlamaModel model(cfg.model, torch::kFloat32, /*seed=*/11);
+  const std::string run = dir_->file("random-run");
+  fs::create_directories(run);
+  save_weights(model, run + "/model.h5", config_to_toml(cfg));
+  fs::copy_file(dir_->file("data/tokenizer.model"), run + "/tokenizer.model");
+
+  const std::string prompt = "\x1b[31mred\x07 and\ttab";
+  auto r = test::run_bcdtrain("generate --run " + run + " --prompt \"$(printf '\\033[31mred\\007 and\\ttab')\""
+                              " --max-new-tokens 12 --temperature 0 --seed 1 --chat-template none");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  configure_threads(1);  // as the binary runs it
+  SampleOptions so;
+  so.max_new_tokens = 12;
+  so.temperature = 0;
+  const std::string text = generate_text(model, tok, prompt, so, 1);
+  EXPECT_EQ(r.output, "--- sample 1 ---\n" + printable(text) + "\n");
+  EXPECT_NE(r.output.find("\\x1b[31mred\\x07 and\ttab"), std::string::npos) << r.output;
+  EXPECT_EQ(printable(r.output), r.output) << "raw control bytes reached the terminal";
 }
 
 }  // namespace

@@ -1,27 +1,40 @@
-// Hostile values for every config key: each run either trains or stops with a UserError (one
-// line, exit 2 in the binary). An InternalError, a torch error or std::bad_alloc is a failure:
-// it means a value from the user reached a BCD_CHECK or a LibTorch call unchecked.
+// Hostile values for every config key and every flag of every subcommand (the flags: below). A
+// config key's run either trains or stops with a UserError (one line, exit 2 in the binary). An
+// InternalError, a torch error or std::bad_alloc is a failure: it means a value from the user
+// reached a BCD_CHECK or a LibTorch call unchecked.
 //
 // The keys come from the config's own visit(), so a key added later is swept without editing
 // this file. Runs are in-process (a tiny model, two steps) under an address-space limit, so a
 // value that slips past the planner shows up as bad_alloc here instead of swapping the machine.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <regex>
 #include <set>
+#include <sstream>
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/printable.h"
+#include "cli/app.h"
+#include "data/chat.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
 #include "runtime/trainer.h"
@@ -220,6 +233,414 @@ TEST(HostileConfigCoverage, EverySectionHasATest) {
   auto list = [&](const char* name, auto&) { names.push_back(name); };
   c.visit_sections(list);
   EXPECT_EQ(names, (std::vector<std::string>{"model", "train", "optim", "bcd", "data", "sample", "memory", "dist"}));
+}
+
+
+// ---- Every flag of every subcommand ----
+// The flags come from the binary's own help (`bcdtrain --help`, `bcdtrain SUB --help`; launch's
+// from its line in the first, plot's from its usage), so a flag added later is swept without
+// editing this file. Each case is one command line with one flag given one hostile value; it must
+// end with exit code 0 or 2, and a refusal is one line on stderr, ours ("bcdtrain: error: "),
+// naming the flag (or the value, or no worse than the command without the flag: a value it
+// accepted, refused later for the reason the bare command is), escaped, and of a sane length.
+// The lines run in children forked from this test (the binary's command line, cli/app.h): a start
+// of the binary costs half a second of loading LibTorch, a fork some 15 ms. Flags a subcommand requires get a stand-in its
+// check takes (a path that does not exist, an empty directory or an empty file), so each case
+// reaches the check of the flag under test and then fails at once: none gets to real work.
+
+struct CaseResult {
+  int status = -1;       // exit code, or 128 + signal
+  std::string out, err;  // stdout, stderr
+};
+
+// Runs each command line (words after `bcdtrain`) as bcdtrain would, in `dir` (created): each in
+// a child forked from this process, which runs the binary's command line (cli/app.h) with its
+// stdout and stderr in files, as many at a time as there are cores.
+std::vector<CaseResult> run_cases(const std::vector<std::vector<std::string>>& cases, const std::string& dir) {
+  std::filesystem::create_directories(dir + "/cases");
+  const auto file = [&](size_t n, const char* ext) { return fmt::format("{}/cases/{}.{}", dir, n, ext); };
+  std::vector<CaseResult> results(cases.size());
+  std::map<pid_t, size_t> running;  // pid -> case
+  const auto wait_one = [&] {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) return running.clear();
+    const auto it = running.find(pid);
+    if (it == running.end()) return;
+    results[it->second].status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    running.erase(it);
+  };
+  const long jobs = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  std::fflush(nullptr);  // else each child would write this process's buffers again
+  for (size_t n = 0; n < cases.size(); ++n) {
+    while (static_cast<long>(running.size()) >= jobs) wait_one();
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ADD_FAILURE() << "fork: " << std::strerror(errno);
+      break;
+    }
+    if (pid == 0) {
+      // In `dir`: a relative path a case is given (an output directory "nonsense") lands there.
+      const auto to = [](const std::string& path, int fd) {
+        const int f = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (f < 0 || ::dup2(f, fd) < 0) ::_exit(127);
+        ::close(f);
+      };
+      const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (null < 0 || ::dup2(null, 0) < 0 || ::chdir(dir.c_str()) != 0) ::_exit(127);
+      to(file(n, "out"), 1);
+      to(file(n, "err"), 2);
+      ::alarm(60);  // a case that started real work ends as SIGALRM, not as a hung test
+      std::vector<std::string> words = cases[n];
+      std::vector<char*> argv = {const_cast<char*>("bcdtrain")};
+      for (std::string& w : words) argv.push_back(w.data());
+      argv.push_back(nullptr);
+      const int rc = cli::run_command_line(static_cast<int>(argv.size()) - 1, argv.data());
+      std::fflush(nullptr);
+      ::_exit(rc);
+    }
+    running[pid] = n;
+  }
+  while (!running.empty()) wait_one();
+  for (size_t n = 0; n < cases.size(); ++n) {
+    results[n].out = test::read_text(file(n, "out"));
+    results[n].err = test::read_text(file(n, "err"));
+  }
+  return results;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+struct Flag {
+  std::string name;           // --seed
+  bool takes_value = false;   // --seed N, not --force
+  bool required = false;
+};
+
+// "  --seed UINT:>= 0   seed of ..." (CLI11) or "  --out DIR   where ..." (plot's usage).
+std::vector<Flag> flags_in_help(const std::string& help) {
+  static const std::regex kLine(R"(^\s+(?:-\w,\s?)?(--[A-Za-z0-9][A-Za-z0-9_-]*)(?:\s+(\S+))?(.*)$)");
+  std::vector<Flag> flags;
+  for (const std::string& line : lines_of(help)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, kLine) || m[1] == "--help" || m[1] == "--version") continue;
+    const std::string type = m[2];
+    flags.push_back({m[1], !type.empty() && std::isupper(static_cast<unsigned char>(type[0])),
+                     line.find(" REQUIRED") != std::string::npos});
+  }
+  return flags;
+}
+
+// launch lists its flags in its line of `bcdtrain --help`: "[--nproc N ...] [--oversubscribe] ...".
+std::vector<Flag> flags_of_launch(const std::string& line) {
+  static const std::regex kFlag(R"((--[a-z][a-z-]*)( [A-Z]+\b)?)");
+  std::vector<Flag> flags;
+  const std::string own = line.substr(0, line.find(" train --config"));
+  for (auto it = std::sregex_iterator(own.begin(), own.end(), kFlag); it != std::sregex_iterator(); ++it)
+    flags.push_back({(*it)[1], (*it)[2].matched, false});
+  return flags;
+}
+
+// Whether `text` names `flag` as a word of its own (--seed is not named by --seed-file).
+bool names_flag(const std::string& text, const std::string& flag) {
+  for (size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1)) {
+    const char next = at + flag.size() < text.size() ? text[at + flag.size()] : ' ';
+    if (!std::isalnum(static_cast<unsigned char>(next)) && next != '-' && next != '_') return true;
+  }
+  return false;
+}
+
+// Whether `line` shows `value` (escaped; its head, when long) as a word of its own: "0: not found".
+bool names_value(const std::string& line, const std::string& value) {
+  const std::string shown = printable_line(value).substr(0, 16);
+  if (shown.empty()) return false;
+  const auto edge = [](char c) { return c == ' ' || c == '"' || c == '\'' || c == ':' || c == '/' || c == '('; };
+  for (size_t at = line.find(shown); at != std::string::npos; at = line.find(shown, at + 1)) {
+    const size_t end = at + shown.size();
+    if ((at == 0 || edge(line[at - 1])) && (end == line.size() || edge(line[end]) || shown.size() == 16)) return true;
+  }
+  return false;
+}
+
+// The longest run of digits in `text` (a bound printed as 309 digits is no bound for people).
+size_t longest_digit_run(const std::string& text) {
+  size_t longest = 0, run = 0;
+  for (char c : text) {
+    run = std::isdigit(static_cast<unsigned char>(c)) ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return longest;
+}
+
+// inf, like nan, is no number: RefusalsSayWhatWasExpectedAndWhatCame has it.
+const std::vector<std::string> kHostileFlagValues = {
+    "", "nonsense", "-1", "0", "1e40", "nan", "99999999999999999999999", std::string(3000, 'x'),
+    "line\nbreak\x1b[31mred\x07\xff\xfe"};
+
+class HostileFlags : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = std::make_unique<test::TempDir>("bcd-hostile-flags"); }
+  std::unique_ptr<test::TempDir> dir_;
+};
+
+TEST_F(HostileFlags, EveryFlagOfEverySubcommand) {
+  // The subcommands and their flags, from the help.
+  const std::vector<CaseResult> top = run_cases({{"--help"}}, dir_->file("top"));
+  ASSERT_EQ(top[0].status, 0) << top[0].err;
+  std::vector<std::string> subs;
+  std::string launch_line;
+  bool in_subs = false;
+  for (const std::string& line : lines_of(top[0].out)) {
+    if (line == "Subcommands:") in_subs = true;
+    std::smatch m;
+    static const std::regex kSub(R"(^  ([a-z]+)\s+(.*)$)");
+    if (in_subs && std::regex_match(line, m, kSub)) {
+      subs.push_back(m[1]);
+      if (m[1] == "launch") launch_line = m[2];
+    }
+  }
+  ASSERT_GE(subs.size(), 10u) << top[0].out;
+  std::vector<std::vector<std::string>> helps;
+  for (const std::string& sub : subs)
+    if (sub != "launch") helps.push_back({sub, "--help"});
+  const std::vector<CaseResult> help = run_cases(helps, dir_->file("help"));
+
+  std::map<std::string, std::vector<Flag>> flags;
+  for (size_t i = 0; i < helps.size(); ++i) {
+    ASSERT_EQ(help[i].status, 0) << helps[i][0] << " --help: " << help[i].err;
+    flags[helps[i][0]] = flags_in_help(help[i].out);
+  }
+  flags["launch"] = flags_of_launch(launch_line);
+  size_t n_flags = 0;
+  for (const auto& [sub, fs] : flags) {
+    EXPECT_FALSE(fs.empty() && sub != "plot") << sub << " has no flags in its help";
+    n_flags += fs.size();
+  }
+  // The help parses as this test reads it: a few flags of each kind are there.
+  const auto has = [&](const std::string& sub, const std::string& name, bool value, bool required) {
+    for (const Flag& f : flags[sub])
+      if (f.name == name) return f.takes_value == value && f.required == required;
+    return false;
+  };
+  EXPECT_TRUE(has("generate", "--temperature", true, false));
+  EXPECT_TRUE(has("prepare", "--input", true, true));
+  EXPECT_TRUE(has("prepare", "--force", false, false));
+  EXPECT_TRUE(has("plot", "--out", true, false));
+  EXPECT_TRUE(has("launch", "--nproc", true, false));
+  EXPECT_TRUE(has("launch", "--oversubscribe", false, false));
+  EXPECT_GE(n_flags, 40u);
+
+  // A value for each required flag that its check takes and the command then fails on at once:
+  // a path that does not exist (an output), else an empty directory, else an empty file.
+  const std::vector<std::string> stand_ins = {dir_->file("absent"), dir_->file("empty-dir"), dir_->file("empty-file")};
+  std::filesystem::create_directories(stand_ins[1]);
+  test::write_text(stand_ins[2], "");
+  std::vector<std::vector<std::string>> probes;
+  for (const auto& [sub, fs] : flags)
+    for (const Flag& f : fs)
+      if (f.required)
+        for (const std::string& v : stand_ins) probes.push_back({sub, f.name, v});
+  const std::vector<CaseResult> probed = run_cases(probes, dir_->file("probe"));
+  std::map<std::string, std::string> stand_in;  // "sub --flag" -> value
+  for (size_t k = 0; k < probes.size(); ++k) {
+    const std::string key = probes[k][0] + " " + probes[k][1];
+    if (!stand_in.count(key) && probed[k].err.rfind("bcdtrain: error: " + probes[k][1] + ":", 0) != 0)
+      stand_in[key] = probes[k][2];
+  }
+  // A sub's command line with its required flags (but `except`) given their stand-ins.
+  const auto base = [&](const std::string& sub, const std::string& except) {
+    std::vector<std::string> words = {sub};
+    for (const Flag& f : flags[sub]) {
+      if (!f.required || f.name == except) continue;
+      EXPECT_TRUE(stand_in.count(sub + " " + f.name)) << sub << " " << f.name << " takes no path: nothing to stand in";
+      words.push_back(f.name);
+      words.push_back(stand_in[sub + " " + f.name]);
+    }
+    return words;
+  };
+  std::vector<std::vector<std::string>> cases;
+  std::vector<std::string> what;  // each case as a person would read it
+  std::map<std::string, size_t> bare;  // sub -> its case without the flag under test
+  for (const auto& [sub, fs] : flags) {
+    bare[sub] = cases.size();
+    cases.push_back(base(sub, ""));
+    what.push_back("bcdtrain " + sub);
+    for (const Flag& f : fs) {
+      for (const std::string& v : kHostileFlagValues) {
+        std::vector<std::string> words = base(sub, f.name);
+        if (f.takes_value) words.push_back(f.name), words.push_back(v);
+        else words.push_back(f.name + "=" + v);
+        cases.push_back(words);
+        what.push_back(fmt::format("bcdtrain {} {}{}{}", sub, f.name, f.takes_value ? " " : "=",
+                                   printable_line(v).substr(0, 40)));
+      }
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<CaseResult> results = run_cases(cases, dir_->file("sweep"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const bool verbose = std::getenv("BCD_HOSTILE_VERBOSE") != nullptr;
+  size_t i = 0, refused = 0, accepted = 0;
+  for (const auto& [sub, fs] : flags) {
+    const CaseResult& bare_result = results[bare[sub]];
+    const std::vector<std::string> bare_err = lines_of(bare_result.err);
+    EXPECT_TRUE(bare_result.status == 0 || bare_result.status == 2) << what[i] << " (no flags): " << bare_result.err;
+    // The stand-ins pass their checks, or every case would end there, before the flag's.
+    for (const Flag& f : fs)
+      EXPECT_FALSE(f.required && bare_result.err.rfind("bcdtrain: error: " + f.name + ":", 0) == 0)
+          << what[i] << ": " << bare_result.err;
+    ++i;
+    for (const Flag& f : fs) {
+      for (const std::string& v : kHostileFlagValues) {
+        const CaseResult& r = results[i];
+        const std::string& w = what[i++];
+        if (verbose) std::printf("%d  %s\n    %s", r.status, w.c_str(), r.err.c_str());
+        EXPECT_TRUE(r.status == 0 || r.status == 2) << w << ": exit " << r.status << "\n" << r.err;
+        // Nothing a terminal would act on: no control byte but \n, no byte that is not UTF-8.
+        EXPECT_EQ(printable(r.err), r.err) << w;
+        EXPECT_EQ(printable(r.out), r.out) << w;
+        for (const std::string& line : lines_of(r.err)) {
+          EXPECT_LE(line.size(), 1024u) << w << ": " << line.substr(0, 200) << "...";
+          EXPECT_LE(longest_digit_run(line), 30u) << w << ": " << line;
+        }
+        if (r.status == 0) {
+          ++accepted;
+          continue;
+        }
+        ++refused;
+        const std::vector<std::string> err = lines_of(r.err);
+        ASSERT_EQ(err.size(), 1u) << w << ": stderr is not one line:\n" << r.err;
+        EXPECT_EQ(err[0].rfind("bcdtrain: error: ", 0), 0u) << w << ": " << err[0];
+        EXPECT_TRUE(names_flag(err[0], f.name) || names_value(err[0], v) || (bare_err.size() == 1 && err[0] == bare_err[0]))
+            << w << ": the refusal names neither the flag nor the value: " << err[0];
+      }
+    }
+  }
+  EXPECT_GT(refused, accepted) << "most hostile values are refused";
+  std::printf("%zu subcommands, %zu flags, %zu cases (%zu refused, %zu accepted) in %.1f s\n", flags.size(), n_flags,
+              cases.size(), refused, accepted, seconds);
+}
+
+// The cases of the issue, each in full: one voice, readable bounds.
+TEST_F(HostileFlags, RefusalsSayWhatWasExpectedAndWhatCame) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"generate", "--temperature", "-1"}, "--temperature: expected a number >= 0, got -1"},
+      {{"generate", "--temperature", "nan"}, "--temperature: expected a number >= 0, got nan"},
+      {{"generate", "--top-p", "inf"}, "--top-p: expected a number from 1e-06 to 1, got inf"},
+      {{"generate", "--temperature"}, "--temperature: expected a number >= 0, got no value"},
+      {{"generate", "--seed", "1e40"}, "--seed: expected an integer >= 0, got 1e40"},
+      {{"generate", "--seed", "-1"}, "--seed: expected an integer >= 0, got -1"},
+      {{"generate", "--seed", "99999999999999999999"},
+       "--seed: expected an integer from 0 to 18446744073709551615, got 99999999999999999999"},
+      {{"generate", "--seed", "1", "--seed", "2"}, "--seed: given more than once; expected once"},
+      {{"generate", "--max-new-tokens", "abc"}, "--max-new-tokens: expected an integer >= 0, got abc"},
+      {{"generate", "--chat-template", ""},
+       "--chat-template: expected \"auto\", \"none\", \"plain\", \"llama2\", \"llama3\" or \"chatml\", got \"\""},
+      {{"eval", "--batches", "0"}, "--batches: expected a positive integer, got 0"},
+      {{"plan", "--nproc", "1025"}, "--nproc: expected an integer from 1 to 1024, got 1025"},
+      {{"prepare", "--vocab-size", ""}, "--vocab-size: expected an integer from 64 to 1048576, got \"\""},
+      {{"prepare", "--bogus"}, "--bogus: unknown option of `prepare` (see bcdtrain prepare --help)"},
+      {{"prepare", "--out", "x"}, "--input: required"},
+      {{"prepare", "--force=maybe"}, "--force: expected no value (or true or false), got maybe"},
+      {{"iobench", "--path", "x", "--mode", "sideways"}, "--mode: expected read or write, got sideways"},
+      {{"iobench", "--path", "x", "--size", "-1"},
+       "--size: expected a positive size such as 4096, 4KiB, 1MiB or 1.5GB, got -1"},
+      {{"generate", "--seed", "1\x1b[2J"}, "--seed: expected an integer >= 0, got \"1\\x1b[2J\""},
+      {{"prepare", "--vocab-size", "0x40"}, "--vocab-size: expected an integer from 64 to 1048576, got 0x40"},
+      {{"prepare", "--input", "/no/such/corpus", "--out", "x"},
+       "--input: expected a file or directory, got /no/such/corpus (not found)"},
+      {{"--bogus"}, "--bogus: unknown option of bcdtrain (see bcdtrain --help)"},
+      {{}, "expected a subcommand: train, launch, config, plan, prepare, generate, eval, iobench, import, export, plot "
+           "(see bcdtrain --help)"},
+  };
+  std::vector<std::vector<std::string>> lines;
+  for (const auto& c : cases) lines.push_back(c.first);
+  const std::vector<CaseResult> results = run_cases(lines, dir_->file("known"));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(results[i].status, 2) << cases[i].second;
+    EXPECT_EQ(results[i].err, "bcdtrain: error: " + cases[i].second + "\n");
+  }
+}
+
+// A bad .jsonl record is quoted in its refusal (a role, JSON's "last read" bytes): written out,
+// in one line, whatever bytes it holds.
+TEST_F(HostileFlags, ABadRecordsBytesAreWrittenOut) {
+  const std::string role = test::error_of([] {
+    parse_chat_record(R"({"messages": [{"role": "\u001b[2J\u009bevil", "content": "x"}]})", "f.jsonl", 3);
+  });
+  EXPECT_NE(role.find("f.jsonl:3: message 1 has role \"\\x1b[2J\\u009bevil\""), std::string::npos) << printable_line(role);
+  const std::string bytes = test::error_of([] { parse_chat_record("{\"prompt\": \"a\xff\x1b[31m\n", "f.jsonl", 4); });
+  EXPECT_NE(bytes.find("f.jsonl:4: not valid JSON"), std::string::npos) << printable_line(bytes);
+  EXPECT_EQ(printable_line(bytes), bytes);
+  // Through the binary: one line on stderr, nothing raw.
+  const std::string file = dir_->file("bad.jsonl");
+  test::write_text(file, "{\"prompt\": \"hi\", \"response\": \"ok\"}\n{\"prompt\": \"a\xff\x1b[31mRED\", \"response\": 1}\n");
+  const std::vector<CaseResult> r = run_cases({{"prepare", "--input", file, "--out", dir_->file("out")}}, dir_->file("rec"));
+  EXPECT_EQ(r[0].status, 2) << r[0].err;
+  EXPECT_EQ(lines_of(r[0].err).size(), 1u) << r[0].err;
+  EXPECT_NE(r[0].err.find("bad.jsonl:2: not valid JSON"), std::string::npos) << r[0].err;
+  EXPECT_EQ(printable(r[0].err), r[0].err) << printable_line(r[0].err);
+}
+
+// ---- Text shown on a terminal (base/printable.h) ----
+
+TEST(HostilePrintable, WritesOutWhatATerminalActsOn) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plain ascii, ünïcödé, 日本語\n\tand tabs", "plain ascii, ünïcödé, 日本語\n\tand tabs"},
+      {"\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"},
+      {"bell\x07 nul", "bell\\x07 nul"},
+      {"cr\rdel\x7f", "cr\\rdel\\x7f"},
+      {"c1 csi \xc2\x9b" "2J", "c1 csi \\u009b2J"},
+      {"bidi \xe2\x80\xae" "evil", "bidi \\u202eevil"},
+      {"bad \xff\xfe", "bad \\xff\\xfe"},
+      {"overlong \xc0\xaf", "overlong \\xc0\\xaf"},
+      {"surrogate \xed\xa0\x80", "surrogate \\xed\\xa0\\x80"},
+      {"cut \xe6\x97", "cut \\xe6\\x97"},
+      {"back\\slash", "back\\slash"},
+  };
+  for (const auto& [in, want] : cases) {
+    EXPECT_EQ(printable(in), want) << printable_line(in);
+    EXPECT_EQ(printable(printable(in)), printable(in)) << "twice changes nothing: " << printable_line(in);
+  }
+  EXPECT_EQ(printable_line("a\nb\tc"), "a\\nb\\tc");
+  EXPECT_EQ(printable_line("\x1b"), "\\x1b");
+}
+
+TEST(HostilePrintable, StreamedPiecesAddUpToTheWhole) {
+  const std::string text = "ab\xe6\x97\xa5\xe6\x9c\xac \xff\x1b[1m\xf0\x9f\x98\x80 end \xe6\x97";
+  EXPECT_EQ(utf8_complete_prefix(""), 0u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xe6\x97"), 2u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xe6\x97\xa5"), 5u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xff"), 3u);
+  // Fed a byte at a time, a stream shows whole characters; escaped piece by piece it reads as
+  // the whole text escaped at once.
+  std::string held, shown;
+  for (char c : text) {
+    held += c;
+    const size_t n = utf8_complete_prefix(held);
+    shown += printable(held.substr(0, n));
+    held.erase(0, n);
+  }
+  shown += printable(held);
+  EXPECT_EQ(shown, printable(text));
+}
+
+TEST(HostilePrintable, LongLinesLoseTheirMiddle) {
+  const std::string line = std::string(600, 'a') + "\xe6\x97\xa5" + std::string(600, 'b');
+  const std::string cut = shorten_line(line, 200);
+  EXPECT_LE(cut.size(), 200u);
+  EXPECT_EQ(cut.substr(0, 10), std::string(10, 'a'));
+  EXPECT_EQ(cut.substr(cut.size() - 10), std::string(10, 'b'));
+  EXPECT_NE(cut.find("bytes ...]"), std::string::npos) << cut;
+  EXPECT_EQ(shorten_line("short", 200), "short");
+  const std::string wide = std::string(10, 'a') + std::string(300, '\xc3') ;  // not UTF-8: kept whole bytes
+  EXPECT_LE(shorten_line(printable(wide), 100).size(), 100u);
 }
 
 }  // namespace

@@ -345,6 +345,45 @@ TEST_F(TrainerRun, ResumeAutoStartsContinuesAndLeavesAFinishedRunAlone) {
   EXPECT_NE(both.output.find("give --run DIR"), std::string::npos) << both.output;
 }
 
+// A finished run without checkpoints is known by its summary.json alone: when that cannot be read
+// (or is gone beside model.h5), `--resume auto` refuses rather than train over the model; eval and
+// generate say what a wrong --run or --checkpoint really is.
+TEST_F(TrainerRun, ResumeAutoRefusesAFinishedRunItCannotReadAndEvalNamesWhatItWasGiven) {
+  namespace fs = std::filesystem;
+  const std::string run = run_dir("auto-summary");
+  const std::string cmd = train_tiny() +
+                          " --model.n_layers=2 --train.steps=2 --train.val_every=0 --sample.prompts='[]' --quiet"
+                          " --train.run_dir=" + run + " --resume auto";
+  ASSERT_EQ(test::run_bcdtrain(cmd).exit_code, 0);
+  ASSERT_FALSE(fs::exists(run + "/checkpoints/step-00000002.h5")) << "the case is a run without checkpoints";
+  const auto model_time = fs::last_write_time(run + "/model.h5");
+  for (const char* corrupt : {"{\"status\": \"fini", "[1, 2]", "{\"steps\": 2}", ""}) {
+    test::write_text(run + "/summary.json", corrupt);
+    auto r = test::run_bcdtrain(cmd);
+    EXPECT_EQ(r.exit_code, 2) << corrupt << "\n" << r.output;
+    EXPECT_NE(r.output.find(run + "/summary.json: not a run summary"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--overwrite"), std::string::npos) << "says the way out: " << r.output;
+  }
+  fs::remove(run + "/summary.json");
+  auto lost = test::run_bcdtrain(cmd);
+  EXPECT_EQ(lost.exit_code, 2) << lost.output;
+  EXPECT_NE(lost.output.find("model.h5 without a summary.json"), std::string::npos) << lost.output;
+  EXPECT_EQ(fs::last_write_time(run + "/model.h5"), model_time) << "the finished model is left alone";
+
+  const std::pair<std::string, std::string> wrong[] = {
+      {"--checkpoint " + run, "--checkpoint " + run + ": a directory; give a weights file"},
+      {"--checkpoint " + run + "/nope.h5", "--checkpoint " + run + "/nope.h5: no such file"},
+      {"--run " + run + "/model.h5", "--run " + run + "/model.h5: not a directory"},
+      {"--run " + run + "/nope", "--run " + run + "/nope: no such directory"},
+      {"--run " + data(), "--run " + data() + ": no model.h5 and no checkpoints"}};
+  for (const auto& [flags, says] : wrong)
+    for (const char* command : {"eval", "generate"}) {
+      auto r = test::run_bcdtrain(std::string(command) + " " + flags);
+      EXPECT_EQ(r.exit_code, 2) << command << " " << flags << "\n" << r.output;
+      EXPECT_NE(r.output.find(says), std::string::npos) << command << " " << flags << "\n" << r.output;
+    }
+}
+
 // Progress: on a terminal the step line is redrawn in place and a validation step's line and the
 // last one stay; in a pipe (or file) every step is a plain line. Both carry the stall and what
 // each memory tier holds.

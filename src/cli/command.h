@@ -1,14 +1,15 @@
 // The command line's pieces: each subcommand adds itself to the CLI11 app (its flags bound to
-// state it owns) and returns what runs it once parsed. main.cpp only dispatches.
+// state it owns) and returns what runs it once parsed; each value-taking flag declares its check
+// (cli/flags.h), so every refusal of a flag reads the same. main.cpp only dispatches.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
-#include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "cli/flags.h"
 
 namespace bcd::cli {
 
@@ -20,15 +21,6 @@ struct Command {
   std::function<int(const Overrides&)> run;         // its exit code
   bool takes_overrides = false;                     // train, config and plan read a config
 };
-
-// CLI11's range checks let "nan" and "inf" through: every floating-point flag takes this too.
-inline const CLI::Validator kFinite(
-    [](std::string& text) -> std::string {
-      char* end = nullptr;
-      const double x = std::strtod(text.c_str(), &end);
-      return std::isfinite(x) ? std::string() : "expected a finite number, got " + text;
-    },
-    "FINITE");
 
 // train_commands.cpp: train (a fresh run, --resume and its rules, --resume auto) and config.
 Command add_train(CLI::App& app);

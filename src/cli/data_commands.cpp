@@ -7,7 +7,9 @@
 #include <string>
 
 #include "base/bytes.h"
+#include "base/printable.h"
 #include "cli/command.h"
+#include "data/chat.h"
 #include "data/prepare.h"
 #include "io/io_engine.h"
 #include "io/iobench.h"
@@ -21,27 +23,30 @@ Command add_prepare(CLI::App& app) {
                       "text files or directories (fortune files: one document per % record; .jsonl: {\"text\"} "
                       "records, or instruction records {\"prompt\", \"response\"} or {\"messages\": [...]}, "
                       "trained on responses only)")
-      ->required();
-  prepare->add_option("--out", popt->out_dir, "output dataset directory")->required();
-  prepare->add_option("--tokenizer", popt->tokenizer_model, "existing sentencepiece tokenizer.model (else train BPE)");
+      ->required()
+      ->transform(existing_path("a file or directory"));
+  prepare->add_option("--out", popt->out_dir, "output dataset directory")->required()->transform(pathname("a directory"));
+  prepare->add_option("--tokenizer", popt->tokenizer_model, "existing sentencepiece tokenizer.model (else train BPE)")
+      ->transform(existing_file("a tokenizer.model file"));
   prepare->add_option("--vocab-size", popt->vocab_size, "BPE vocabulary size when training a tokenizer")
-      ->check(CLI::Range(64, 1 << 20));
+      ->transform(integer<int>(64, 1 << 20));
   prepare->add_option("--val-fraction", popt->val_fraction, "fraction of documents held out for validation")
-      ->check(kFinite)->check(CLI::Range(0.0, 0.5));
-  prepare->add_option("--seed", popt->seed, "seed of the train/validation split");
+      ->transform(number(0.0, 0.5));
+  prepare->add_option("--seed", popt->seed, "seed of the train/validation split")->transform(integer<uint64_t>());
   prepare->add_flag("--force", popt->force, "replace an existing output directory");
   prepare->add_option("--chat-template", popt->chat_template, "how .jsonl records are laid out: plain, llama2, llama3, chatml")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(choice([](const std::string& name) { chat_template_from_name(name); }, "plain, llama2, llama3 or chatml"));
   prepare->add_flag("--skip-bad", popt->skip_bad, "count and skip bad .jsonl records instead of stopping at the first");
   prepare->add_option("--memory-mb", popt->memory_mb, "memory prepare may hold, whatever the corpus size (MiB)")
-      ->capture_default_str()->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
+      ->capture_default_str()->transform(integer<int64_t>(16, int64_t{1} << 30));
   prepare->add_option("--threads", popt->threads, "tokenizing threads (0: every core)")
-      ->capture_default_str()->check(CLI::Range(0, 4096));
+      ->capture_default_str()->transform(integer<int>(0, 4096));
   auto run = [popt](const Overrides&) {
     const PrepareOptions& o = *popt;
     PrepareReport r = prepare_dataset(o);
     fmt::print("prepared {}: {} train docs / {} tokens, {} val docs / {} tokens, vocab {}, unigram val loss {:.4f}\n",
-               o.out_dir, r.n_docs_train, r.n_tokens_train, r.n_docs_val, r.n_tokens_val, r.vocab_size,
+               printable_line(o.out_dir), r.n_docs_train, r.n_tokens_train, r.n_docs_val, r.n_tokens_val, r.vocab_size,
                r.unigram_val_loss);
     if (r.instruct)
       fmt::print("instruction data ({} template): the loss counts {} train / {} val tokens (responses){}\n",
@@ -67,16 +72,20 @@ Command add_iobench(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* iobench = app.add_subcommand("iobench", "sequential read/write throughput of a drive through the I/O engine");
-  iobench->add_option("--path", f->iopt.path, "directory on the drive under test")->required();
-  iobench->add_option("--size", f->size, "file size (units: 4KiB, 1MiB, 2GiB, 1.5GB)");
-  iobench->add_option("--block-size", f->block, "bytes per request");
-  iobench->add_option("--queue-depth", f->iopt.queue_depth, "requests in flight")->check(CLI::Range(1, 4096));
-  iobench->add_option("--mode", f->mode, "read or write");
-  iobench->add_option("--engine", f->engine, "auto (io_uring, else threads), uring or threads");
-  iobench->add_option("--loops", f->iopt.loops, "passes over the file (at least)")->check(CLI::PositiveNumber);
+  iobench->add_option("--path", f->iopt.path, "directory on the drive under test")
+      ->required()
+      ->transform(pathname("a directory"));
+  iobench->add_option("--size", f->size, "file size (units: 4KiB, 1MiB, 2GiB, 1.5GB)")->transform(byte_size(1));
+  iobench->add_option("--block-size", f->block, "bytes per request")->transform(byte_size(1));
+  iobench->add_option("--queue-depth", f->iopt.queue_depth, "requests in flight")
+      ->transform(integer<unsigned>(1, 4096));
+  iobench->add_option("--mode", f->mode, "read or write")
+      ->transform(choice([](const std::string& s) { parse_io_op(s); }, "read or write"));
+  iobench->add_option("--engine", f->engine, "auto (io_uring, else threads), uring or threads")
+      ->transform(choice([](const std::string& s) { parse_engine_kind(s); }, "auto, uring or threads"));
+  iobench->add_option("--loops", f->iopt.loops, "passes over the file (at least)")->transform(integer<unsigned>(1));
   iobench->add_option("--seconds", f->iopt.seconds, "keep making passes until this many seconds went by")
-      ->check(kFinite)
-      ->check(CLI::NonNegativeNumber);
+      ->transform(number(0));
   iobench->add_flag("--buffered", f->buffered, "go through the page cache instead of O_DIRECT");
   auto run = [f](const Overrides&) {
     IoBenchOptions iopt = f->iopt;

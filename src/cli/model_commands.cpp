@@ -8,12 +8,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/bytes.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/printable.h"
 #include "cli/command.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -42,10 +44,29 @@ struct TrainedModel {
 TrainedModel trained_model(const char* command, const std::string& run_dir, const std::string& checkpoint) {
   if (run_dir.empty() == checkpoint.empty())
     user_error("{}: give --run DIR (its finished model) or --checkpoint FILE (one checkpoint), one of them", command);
+  namespace fs = std::filesystem;
+  std::error_code ec;
   TrainedModel m;
   if (!run_dir.empty()) {
+    if (!fs::is_directory(run_dir, ec))
+      user_error("{}: --run {}: {}", command, run_dir,
+                 fs::exists(run_dir, ec) ? "not a directory (--checkpoint takes a weights file)" : "no such directory");
     m.weights = run_dir + "/model.h5", m.tokenizer = run_dir + "/tokenizer.model";
+    if (!fs::exists(m.weights, ec)) {
+      const std::vector<std::string> saved = list_checkpoints(run_dir + "/checkpoints");
+      if (saved.empty())
+        user_error("{}: --run {}: no model.h5 and no checkpoints/step-N.h5 in it: not a run directory, or a run "
+                   "that saved nothing",
+                   command, run_dir);
+      user_error("{}: --run {}: no model.h5 (the run has not finished); its latest checkpoint: --checkpoint {}",
+                 command, run_dir, saved.back());
+    }
   } else {
+    if (fs::is_directory(checkpoint, ec))
+      user_error("{}: --checkpoint {}: a directory; give a weights file (RUN_DIR/checkpoints/step-N.h5, "
+                 "RUN_DIR/model.h5), or --run DIR for a run's finished model",
+                 command, checkpoint);
+    if (!fs::exists(checkpoint, ec)) user_error("{}: --checkpoint {}: no such file", command, checkpoint);
     m.weights = checkpoint;
     if (const std::string of = checkpoint_of_slice(checkpoint); !of.empty())
       user_error("{}: --checkpoint {}: one rank's slice of the checkpoint {}; give the checkpoint file itself", command,
@@ -77,19 +98,22 @@ Command add_generate(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* generate = app.add_subcommand("generate", "sample text from a trained run or a checkpoint");
-  generate->add_option("--run", f->run_dir, "run directory (holds model.h5 and tokenizer.model)");
-  generate->add_option("--checkpoint", f->from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run");
-  generate->add_option("--prompt", f->prompts, "prompt text (repeatable)");
-  generate->add_option("--max-new-tokens", f->so.max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
-  generate->add_option("--temperature", f->so.temperature, "sampling temperature; 0 = greedy")
-      ->check(kFinite)
-      ->check(CLI::NonNegativeNumber);
-  generate->add_option("--top-k", f->so.top_k, "keep the k most likely tokens; 0 = off")->check(CLI::NonNegativeNumber);
-  generate->add_option("--top-p", f->so.top_p, "nucleus mass; 1 = off")->check(kFinite)->check(CLI::Range(1e-6, 1.0));
-  generate->add_option("--seed", f->seed, "sampling seed");
+  generate->add_option("--run", f->run_dir, "run directory (holds model.h5 and tokenizer.model)")
+      ->transform(pathname("a run directory"));
+  generate->add_option("--checkpoint", f->from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run")
+      ->transform(pathname("a checkpoint file"));
+  generate->add_option("--prompt", f->prompts, "prompt text (repeatable)")->transform(text("a prompt"));
+  generate->add_option("--max-new-tokens", f->so.max_new_tokens, "tokens to generate")->transform(integer<int64_t>(0));
+  generate->add_option("--temperature", f->so.temperature, "sampling temperature; 0 = greedy")->transform(number(0));
+  generate->add_option("--top-k", f->so.top_k, "keep the k most likely tokens; 0 = off")->transform(integer<int64_t>(0));
+  generate->add_option("--top-p", f->so.top_p, "nucleus mass; 1 = off")->transform(number(1e-6, 1.0));
+  generate->add_option("--seed", f->seed, "sampling seed")->transform(integer<uint64_t>());
   generate->add_option("--chat-template", f->chat,
                        "prompts are user turns laid out by this template (plain, llama2, llama3, chatml; none = text to "
-                       "continue); default: the run's [sample] chat_template");
+                       "continue); default: the run's [sample] chat_template")
+      ->transform(choice([](const std::string& name) {
+        if (!parse_choice<SampleChat>(name)) throw UserError(name);
+      }, choice_list<SampleChat>()));
   auto run = [f](const Overrides&) {
     const TrainedModel m = trained_model("generate", f->run_dir, f->from_checkpoint);
     const Config& cfg = m.cfg;
@@ -113,10 +137,18 @@ Command add_generate(CLI::App& app) {
       setting = *given;
     }
     const std::optional<ChatTemplate> chat = sample_chat_template(setting, cfg.data.first());
+    // Each piece as its token is drawn, in whole characters, escaped: a prompt, and a model, may
+    // hold a terminal's control sequences.
+    const TextSink show = [](std::string_view piece) {
+      if (piece.empty()) return;
+      fmt::print("{}", printable(piece));
+      std::fflush(stdout);
+    };
     for (size_t i = 0; i < prompts.size(); ++i) {
-      fmt::print("--- sample {} ---\n{}\n", i + 1,
-                 chat ? generate_chat(model, tok, *chat, prompts[i], f->so, f->seed + i)
-                      : generate_text(model, tok, prompts[i], f->so, f->seed + i));
+      fmt::print("--- sample {} ---\n", i + 1);
+      if (chat) generate_chat(model, tok, *chat, prompts[i], f->so, f->seed + i, show);
+      else generate_text(model, tok, prompts[i], f->so, f->seed + i, show);
+      fmt::print("\n");
       std::fflush(stdout);
     }
     return 0;
@@ -131,16 +163,18 @@ Command add_eval(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* eval = app.add_subcommand("eval", "validation loss and perplexity of a trained run or a checkpoint");
-  eval->add_option("--run", f->run_dir, "run directory (its finished model.h5)");
-  eval->add_option("--checkpoint", f->from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run");
-  eval->add_option("--data", f->data_dir, "dataset directory (default: the run's [data] path)");
+  eval->add_option("--run", f->run_dir, "run directory (its finished model.h5)")->transform(pathname("a run directory"));
+  eval->add_option("--checkpoint", f->from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run")
+      ->transform(pathname("a checkpoint file"));
+  eval->add_option("--data", f->data_dir, "dataset directory (default: the run's [data] path)")
+      ->transform(pathname("a dataset directory"));
   eval->add_option("--batches", f->batches, "at most this many batches (default: the whole split)")
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<int64_t>(1));
   eval->add_option("--batch-size", f->batch_size, "sequences per batch (default: the run's)")
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<int64_t>(1));
   eval->add_option("--seq-len", f->seq_len,
                    "tokens per sequence (default: the run's seq_len; an imported model's is a default, so give it)")
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<int64_t>(1));
   auto run = [f](const Overrides&) {
     const TrainedModel m = trained_model("eval", f->run_dir, f->from_checkpoint);
     const Config& cfg = m.cfg;
@@ -186,20 +220,24 @@ Command add_import(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* import_cmd = app.add_subcommand("import", "convert a Hugging Face model directory (config.json + safetensors) into a weights file");
-  import_cmd->add_option("--hf", f->hf_dir, "HF model directory (llama, mistral, qwen2)")->required();
-  import_cmd->add_option("--out", f->out, "weights file to write (e.g. runs/llama/model.h5)")->required();
+  import_cmd->add_option("--hf", f->hf_dir, "HF model directory (llama, mistral, qwen2)")
+      ->required()
+      ->transform(existing_dir("a Hugging Face model directory"));
+  import_cmd->add_option("--out", f->out, "weights file to write (e.g. runs/llama/model.h5)")
+      ->required()
+      ->transform(pathname("a file path"));
   import_cmd->add_flag("--force", f->force, "replace an existing --out file");
   auto run = [f](const Overrides&) {
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::symlink_status(f->out, ec)) && !f->force)
       user_error("{}: already exists (pass --force to replace it)", f->out);
     const HfImportSummary s = import_hf_to_file(f->hf_dir, f->out);
-    fmt::print("imported {} ({}, {} parameters, {}, {} safetensors file{}) into {}\n", f->hf_dir, s.model_type,
-               s.n_params, s.info.dtype, s.info.files.size(), s.info.files.size() == 1 ? "" : "s", f->out);
+    fmt::print("imported {} ({}, {} parameters, {}, {} safetensors file{}) into {}\n", printable_line(f->hf_dir), s.model_type,
+               s.n_params, s.info.dtype, s.info.files.size(), s.info.files.size() == 1 ? "" : "s", printable_line(f->out));
     if (s.tokenizer.empty())
-      fmt::print("no tokenizer.model in {}: give `prepare` a sentencepiece tokenizer that matches the model\n", f->hf_dir);
+      fmt::print("no tokenizer.model in {}: give `prepare` a sentencepiece tokenizer that matches the model\n", printable_line(f->hf_dir));
     else
-      fmt::print("copied tokenizer.model to {}\n", s.tokenizer);
+      fmt::print("copied tokenizer.model to {}\n", printable_line(s.tokenizer));
     return 0;
   };
   return {import_cmd, run, false};
@@ -212,20 +250,25 @@ Command add_export(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* export_cmd = app.add_subcommand("export", "write a weights file or checkpoint as a Hugging Face model directory");
-  export_cmd->add_option("--checkpoint", f->xopt.checkpoint, "weights file or checkpoint (.h5), e.g. RUN_DIR/model.h5")->required();
+  export_cmd->add_option("--checkpoint", f->xopt.checkpoint, "weights file or checkpoint (.h5), e.g. RUN_DIR/model.h5")
+      ->required()
+      ->transform(pathname("a weights file or checkpoint"));
   export_cmd->add_option("--hf", f->xopt.out_dir, "output directory (created; an existing one must be empty or a previous export)")
-      ->required();
-  export_cmd->add_option("--dtype", f->xopt.dtype, "bf16, fp16 or fp32 (default: the dtype it was imported in, else bf16)");
-  export_cmd->add_option("--shard-size", f->shard_size, "largest safetensors file before sharding (units: 5GB, 2GiB)");
+      ->required()
+      ->transform(pathname("a directory"));
+  export_cmd->add_option("--dtype", f->xopt.dtype, "bf16, fp16 or fp32 (default: the dtype it was imported in, else bf16)")
+      ->transform(choice([](const std::string& name) { parse_short_dtype(name, "--dtype"); }, "bf16, fp16 or fp32"));
+  export_cmd->add_option("--shard-size", f->shard_size, "largest safetensors file before sharding (units: 5GB, 2GiB)")
+      ->transform(byte_size(1));
   auto run = [f](const Overrides&) {
     HfExportOptions& xopt = f->xopt;
     xopt.shard_bytes = parse_bytes(f->shard_size);
     if (xopt.shard_bytes == 0) user_error("--shard-size: expected a positive size, got \"{}\"", f->shard_size);
     if (!xopt.dtype.empty()) parse_short_dtype(xopt.dtype, "--dtype");
     const HfExportReport r = export_hf(xopt);
-    fmt::print("exported {} as {} ({}, {:.3f} GB of tensors) to {}:\n", xopt.checkpoint, r.model_type, r.dtype,
-               static_cast<double>(r.tensor_bytes) / 1e9, xopt.out_dir);
-    for (const auto& file : r.files) fmt::print("  {}\n", file);
+    fmt::print("exported {} as {} ({}, {:.3f} GB of tensors) to {}:\n", printable_line(xopt.checkpoint), r.model_type, r.dtype,
+               static_cast<double>(r.tensor_bytes) / 1e9, printable_line(xopt.out_dir));
+    for (const auto& file : r.files) fmt::print("  {}\n", printable_line(file));
     return 0;
   };
   return {export_cmd, run, false};

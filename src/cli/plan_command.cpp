@@ -22,9 +22,9 @@ Command add_plan(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* plan = app.add_subcommand("plan", "memory plan of a run: home tier of every block's state, budgets, fits or not");
-  plan->add_option("--config", f->config_file, "TOML config file")->check(CLI::ExistingFile);
+  plan->add_option("--config", f->config_file, "TOML config file")->transform(existing_file("a TOML config file"));
   plan->add_option("--nproc", f->ranks, "data-parallel ranks on this machine: they share its RAM (default: [dist] nproc)")
-      ->check(CLI::Range(1, 1024));  // as launch --nproc and [dist] nproc
+      ->transform(integer<int>(1, 1024));  // as launch --nproc and [dist] nproc
   auto run = [f](const Overrides& overrides) {
     if (f->config_file.empty() && overrides.empty()) user_error("plan: give --config FILE and/or --section.key=value");
     const Config cfg = load_config(f->config_file, overrides);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/printable.h"
 #include "cli/command.h"
 #include "runtime/plots.h"
 
@@ -38,13 +39,13 @@ bool parse_plot_flags(const std::vector<std::string>& words, std::vector<std::st
     if (flag == "-h" || flag == "--help") return false;
     if (flag == "--out") {
       if (!has_value) {
-        if (i + 1 >= words.size()) usage_error(flag + " needs a value");
+        if (i + 1 >= words.size()) user_error("--out: expected a directory, got no value");
         value = words[++i];
       }
-      if (value.empty()) usage_error(flag + " needs a value");
+      if (value.empty()) user_error("--out: expected a directory, got \"\"");
       out = value;
     } else if (flag[0] == '-') {
-      usage_error(fmt::format("unknown flag '{}'", flag));
+      user_error("{}: unknown option of `plot` (see bcdtrain plot --help)", flag);
     } else {
       runs.push_back(flag);
     }
@@ -69,7 +70,8 @@ Command add_plot(CLI::App& app) {
   plot->prefix_command();
   auto run = [plot](const Overrides& overrides) {
     // "--a.b" words were taken for config overrides: this command has none, so they are unknown flags.
-    if (!overrides.empty()) usage_error(fmt::format("unknown flag '{}'", overrides[0].substr(0, overrides[0].find('='))));
+    if (!overrides.empty())
+      user_error("{}: unknown option of `plot` (see bcdtrain plot --help)", overrides[0].substr(0, overrides[0].find('=')));
     std::vector<std::string> runs;
     std::string out;
     if (!parse_plot_flags(plot->remaining(), runs, out)) {
@@ -79,8 +81,8 @@ Command add_plot(CLI::App& app) {
     PlotReport report;
     try {
       report = draw_plots(
-          runs, out, [](const std::string& line) { fmt::print("{}\n", line); },
-          [](const std::string& line) { fmt::print(stderr, "{}\n", line); });
+          runs, out, [](const std::string& line) { fmt::print("{}\n", printable_line(line)); },
+          [](const std::string& line) { fmt::print(stderr, "{}\n", printable_line(line)); });
     } catch (const UserError& e) {
       throw UserError(std::string("plot: ") + e.what());
     }

@@ -13,9 +13,12 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/printable.h"
 #include "cli/command.h"
 #include "io/checkpoint.h"
+#include "io/dir_lock.h"
 #include "model/hf_config.h"
+#include "runtime/process_group.h"
 #include "runtime/run_setup.h"
 #include "runtime/trainer.h"
 
@@ -72,6 +75,13 @@ int dry_run(const Config& cfg) {
   return 0;
 }
 
+// A run directory another process trains in holds half a run, not what a resume would find in
+// it: refused, naming the holder. Rank 0 holds a launched run's lock; the other ranks of that
+// run see it held by their own rank 0, and do not look.
+void refuse_busy_run_dir(const std::string& dir) {
+  if (DistEnv::from_environment().rank == 0) DirLock::check_free(dir, "run directory");
+}
+
 int exit_code(const TrainSummary& s) { return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0; }
 
 // train --config FILE [overrides] --resume auto, for scripts that repeat one command line: the run
@@ -83,6 +93,7 @@ int train_resume_auto(const std::string& config_file, const std::vector<std::str
   if (config_file.empty() && overrides.empty()) user_error("train: --resume auto needs --config FILE and/or --section.key=value");
   const Config given = load_config(config_file, overrides);
   const std::string dir = given.train.run_dir;
+  refuse_busy_run_dir(dir);
   const std::vector<std::string> ckpts = list_checkpoints(dir + "/checkpoints");
   // What says which config the directory's run has: its newest checkpoint, or config.toml.
   std::optional<CheckpointReader> newest;
@@ -113,14 +124,29 @@ int train_resume_auto(const std::string& config_file, const std::vector<std::str
                "train.run_dir, or start afresh there with --overwrite instead of --resume auto",
                dir, held_from, differ);
   const auto finished = [&](int64_t steps) {
-    if (!quiet) fmt::print("{}: finished already ({} steps); nothing to do\n", dir, steps);
+    if (!quiet) fmt::print("{}: finished already ({} steps); nothing to do\n", printable_line(dir), steps);
     return 0;
   };
   if (ckpts.empty()) {  // a run without checkpoints: finished (its summary says), or started afresh
+    // A finished run's model.h5 is not trained over on a word the summary cannot give.
     const std::string summary = dir + "/summary.json";
-    if (fs::is_regular_file(summary, ec)) {
+    const auto refuse = [&](const std::string& why) {
+      user_error("train --resume auto: {}; its run may have finished: look at {}, then give another train.run_dir, or "
+                 "start afresh there with --overwrite instead of --resume auto",
+                 why, dir);
+    };
+    if (fs::exists(summary, ec)) {
       const auto j = nlohmann::json::parse(read_file(summary, "run summary"), nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.value("status", "") == "finished") return finished(j.value("steps", int64_t{0}));
+      if (!j.is_object() || !j.contains("status") || !j["status"].is_string())
+        refuse(fmt::format("{}: not a run summary (corrupt: expected a JSON object with a \"status\")", summary));
+      if (j["status"] == "finished") {
+        const auto steps = j.find("steps");
+        return finished(steps != j.end() && steps->is_number_integer() ? steps->get<int64_t>() : int64_t{0});
+      }
+    } else if (fs::exists(dir + "/model.h5", ec)) {
+      refuse(fmt::format("{}/model.h5 without a summary.json (a run that ended after writing its model, or whose "
+                         "summary was removed)",
+                         dir));
     }
     return exit_code(run_training(given, quiet));
   }
@@ -140,7 +166,7 @@ Command add_train(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* train = app.add_subcommand("train", "train a model: --config FILE [--section.key=value ...]");
-  train->add_option("--config", f->config_file, "TOML config file")->check(CLI::ExistingFile);
+  train->add_option("--config", f->config_file, "TOML config file")->transform(existing_file("a TOML config file"));
   train->add_flag("--quiet", f->quiet, "no progress output");
   train->add_flag("--overwrite", f->overwrite,
                   "a fresh run into a run directory holding an earlier run's checkpoints deletes them (else refused)");
@@ -150,7 +176,8 @@ Command add_train(CLI::App& app) {
   train->add_option("--resume", f->resume,
                     "continue exactly from a checkpoint: a run directory (its newest checkpoint) or a checkpoint file; "
                     "the config stored in it applies, with --section.key=value overrides on top. auto (with --config): "
-                    "continue train.run_dir's run if it has one of this config, else start it");
+                    "continue train.run_dir's run if it has one of this config, else start it")
+      ->transform(pathname("a run directory, a checkpoint file or auto"));
   auto run = [f](const Overrides& overrides) {
     const std::string& resume = f->resume;
     if (f->dry_run) {
@@ -166,6 +193,7 @@ Command add_train(CLI::App& app) {
       if (!f->config_file.empty())
         user_error("train: --resume takes the config stored in the checkpoint; change it with --section.key=value, not --config");
       if (f->overwrite) user_error("train: --overwrite starts afresh; it does not go with --resume");
+      if (std::filesystem::is_directory(resume)) refuse_busy_run_dir(resume);
       const std::string ckpt = resolve_checkpoint(resume);
       const std::string stored = CheckpointReader(ckpt).attr_str("/", "config");
       Config cfg = load_config_text(stored, ckpt, overrides);
@@ -187,7 +215,7 @@ Command add_config(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* config = app.add_subcommand("config", "print the resolved config (file + overrides) as TOML");
-  config->add_option("--config", f->config_file, "TOML config file")->check(CLI::ExistingFile);
+  config->add_option("--config", f->config_file, "TOML config file")->transform(existing_file("a TOML config file"));
   config->add_flag("--reference", f->reference, "print the reference of every key (Markdown)");
   auto run = [f](const Overrides& overrides) {
     if (f->reference) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/printable.h"
 
 namespace bcd {
 
@@ -38,9 +39,11 @@ struct Where {
   int64_t line;
 };
 
+// What it says of the record (a role, JSON's "last read" bytes) is escaped: a record may hold
+// invalid UTF-8 and a terminal's control sequences (base/printable.h).
 template <typename... Args>
 [[noreturn]] void record_error(const Where& w, fmt::format_string<Args...> f, Args&&... args) {
-  user_error("{}:{}: {}", w.file, w.line, fmt::format(f, std::forward<Args>(args)...));
+  user_error("{}:{}: {}", w.file, w.line, printable_line(fmt::format(f, std::forward<Args>(args)...)));
 }
 
 // "null", "a number", "an array", ...: a JSON value's type as a sentence says it.

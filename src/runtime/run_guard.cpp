@@ -106,7 +106,7 @@ void RunGuard::start_step(int64_t step, bool switch_due, const std::function<voi
     } else {
       kept = "rank 0 keeps what can be kept";
     }
-    user_error("{}\ntraining stopped by an I/O error before step {}: {}", e.what(), step, kept);
+    user_error("{}; training stopped by an I/O error before step {}: {}", e.what(), step, kept);
   }
 }
 
@@ -114,7 +114,7 @@ void RunGuard::compute_step(int64_t step, const std::function<void()>& micro_bat
   try {
     micro_batches();
   } catch (const IoError& e) {
-    user_error("{}\ntraining stopped by an I/O error in step {}, before its update: nothing was trained on the "
+    user_error("{}; training stopped by an I/O error in step {}, before its update: nothing was trained on the "
                "failed read; {}",
                e.what(), step, newest_checkpoint(run_.cfg.train.run_dir, "the drive is fixed"));
   }
@@ -156,7 +156,7 @@ bool RunGuard::checkpoint_or_stop(int64_t step, bool due, bool& switch_due, Trai
       path = save_checkpoint(run_, step);  // every rank: sharded state is gathered
     } catch (const UserError& e) {
       // The run stops: going on without checkpoints would risk more work than it saves.
-      user_error("{}\ntraining stopped after step {}; {}", e.what(), step,
+      user_error("{}; training stopped after step {}; {}", e.what(), step,
                  newest_checkpoint(tc.run_dir, "the cause is fixed"));
     }
     if (run_.is_root()) {

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/printable.h"
 #include "base/progress.h"
 #include "io/checkpoint.h"
 #include "io/dir_lock.h"
@@ -221,7 +222,7 @@ void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, 
     say(fmt::format("staging: {} switches, stall {:.1f} ms in total, NVMe read {:.2f} GB / written {:.2f} GB",
                     sum.staging.switches, 1e3 * sum.staging.stall_s, static_cast<double>(sum.staging.nvme_read_bytes) / 1e9,
                     static_cast<double>(sum.staging.nvme_write_bytes) / 1e9));
-  if (!samples_txt.empty()) say("samples:\n" + samples_txt);
+  if (!samples_txt.empty()) say("samples:\n" + printable(samples_txt));  // a model may write escape sequences
   say(fmt::format("wrote {}/{{config.toml, metrics.jsonl{}}}", tc.run_dir, tc.save_model ? ", model.h5, samples.txt" : ""));
 }
 
@@ -315,9 +316,36 @@ nlohmann::json run_summary(const char* status, const TrainSummary& sum, int64_t 
 
 // The run itself (run_training's work); `sum` is filled as it goes, so a failure still tells how
 // far it got.
+// The directories a run's NVMe stores make below memory.nvme_paths (rank<R>/ with several ranks,
+// weights/ for streamed weights) go when the run ends, however it ends, once their stores have
+// removed their files: a run leaves no empty directories behind. The paths themselves stay.
+class NvmeDirsCleanup {
+ public:
+  explicit NvmeDirsCleanup(const MemoryConfig& mem) {
+    const DistEnv env = DistEnv::from_environment();
+    for (const std::string& p : mem.nvme_paths) {
+      const std::string rank_dir = env.world_size > 1 ? p + "/rank" + std::to_string(env.rank) : p;
+      dirs_.push_back(rank_dir + "/weights");
+      if (rank_dir != p) dirs_.push_back(rank_dir);
+    }
+  }
+  ~NvmeDirsCleanup() {
+    for (const std::string& d : dirs_) ::rmdir(d.c_str());  // fails, harmlessly, on one still holding files
+  }
+  NvmeDirsCleanup(const NvmeDirsCleanup&) = delete;
+  NvmeDirsCleanup& operator=(const NvmeDirsCleanup&) = delete;
+
+ private:
+  std::vector<std::string> dirs_;
+};
+
 void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSummary& sum, Clock::time_point t_start) {
   Progress setting_up("setting up the run");  // data, memory plan, model, optimizer state (a resume's from its checkpoint)
+  const NvmeDirsCleanup nvme_dirs(cfg.memory);  // after the stores below have closed
   RunSetup run(std::move(cfg), resume_from);
+  // Nothing reads the NVMe tier's files after the run, however it ends (a resume reads its
+  // checkpoint): they go when it does, GBs for a 7B model, unless memory.keep_nvme_state.
+  if (run.block_opt && !run.cfg.memory.keep_nvme_state) run.block_opt->discard_nvme_at_close();
   setting_up.finish();
   sum.steps = run.first_step - 1;
   Console console(quiet, run.is_root());
@@ -329,9 +357,6 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   sum.unigram_val_loss = 0;  // a mixture: its datasets' baselines by weight
   for (const DataSource& s : run.sources) sum.unigram_val_loss += s.weight * s.ds.unigram_val_loss();
   const double train_s = train_loop(run, log ? &*log : nullptr, sum, console);
-  // Nothing reads the NVMe tier's files after the run (a resume reads its checkpoint): they go,
-  // GBs for a 7B model, unless memory.keep_nvme_state.
-  if (run.block_opt && !run.cfg.memory.keep_nvme_state) run.block_opt->discard_nvme_at_close();
   if (run.block_opt) {
     if (!sum.stopped_by_signal) run.block_opt->flush();  // write-backs in flight: their errors surface here
     sum.staging = run.block_opt->staging();

@@ -116,9 +116,9 @@ case_errors() {
     "no_metrics|$fixtures/bcd $scratch/empty_run|$scratch/empty_run: no metrics.jsonl there"
     "not_dir|$scratch/none|$scratch/none: not a directory"
     "malformed|$fixtures/bcd $fixtures/malformed|$fixtures/malformed/metrics.jsonl:4: not valid JSON"
-    "unknown|$fixtures/bcd --bogus|unknown flag '--bogus'"
-    "unknown_eq|$fixtures/bcd --bogus=1|unknown flag '--bogus'"
-    "no_value|$fixtures/bcd --out|--out needs a value"
+    "unknown|$fixtures/bcd --bogus|--bogus: unknown option of \`plot\`"
+    "unknown_eq|$fixtures/bcd --bogus=1|--bogus: unknown option of \`plot\`"
+    "no_value|$fixtures/bcd --out|--out: expected a directory, got no value"
     "no_run|--out $out|no RUN_DIR given"
   )
   local c name args want

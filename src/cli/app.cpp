@@ -1,0 +1,138 @@
+// bcdtrain command line: subcommands train, launch, config, plan, prepare, generate, eval,
+// iobench, import and export (Hugging Face safetensors), plot. This file only dispatches: each
+// subcommand is in the file of its group (cli/command.h); main.cpp is the process around it.
+// Bad input anywhere becomes one line on stderr and exit code 2: escaped (a path, a flag's value or
+// a record may hold a newline or a terminal's escape sequence) and never longer than kMaxErrorLine.
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/app.h"
+
+#include "base/error.h"
+#include "base/printable.h"
+#include "cli/command.h"
+#include "io/state_file.h"
+
+namespace {
+
+using namespace bcd;
+using namespace bcd::cli;
+
+// "--section.key=value" and "--section.key value" are config overrides; the rest goes to CLI11.
+void split_overrides(int argc, char** argv, std::vector<std::string>& rest,
+                     std::vector<std::string>& overrides) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    const auto eq = a.find('=');
+    const auto dot = a.find('.');
+    const bool is_override = a.rfind("--", 0) == 0 && dot != std::string::npos && (eq == std::string::npos || dot < eq);
+    if (!is_override) {
+      rest.push_back(a);
+    } else if (eq != std::string::npos) {
+      overrides.push_back(a);
+    } else {
+      if (i + 1 >= argc) user_error("override {}: missing value (expected {}=VALUE)", a, a);
+      overrides.push_back(a + "=" + argv[++i]);
+    }
+  }
+}
+
+int run(int argc, char** argv) {
+  // launch: its own options, then a whole bcdtrain command line for every rank, untouched.
+  if (argc > 1 && std::string(argv[1]) == "launch") return run_launch(argc, argv);
+  std::vector<std::string> rest;
+  Overrides overrides;
+  split_overrides(argc, argv, rest, overrides);
+
+  CLI::App app{"bcdtrain: full-parameter LLM training by block coordinate descent"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "bcdtrain 0.1");
+  // In --help's order.
+  std::vector<Command> commands;
+  commands.push_back(add_train(app));
+  add_launch(app);
+  commands.push_back(add_config(app));
+  commands.push_back(add_plan(app));
+  commands.push_back(add_prepare(app));
+  commands.push_back(add_generate(app));
+  commands.push_back(add_eval(app));
+  commands.push_back(add_iobench(app));
+  commands.push_back(add_import(app));
+  commands.push_back(add_export(app));
+  commands.push_back(add_plot(app));
+
+  if (!rest.empty() && rest[0][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const auto* sub : app.get_subcommands({})) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == rest[0];
+    }
+    if (!known) user_error("unknown subcommand '{}' (expected one of: {})", rest[0], names);
+  }
+  try {
+    std::vector<std::string> args(rest.rbegin(), rest.rend());  // CLI11 takes them reversed
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    throw UserError(parse_error_message(app, e));     // in our words, naming the flag
+  }
+  for (const Command& c : commands) {
+    if (!c.sub->parsed()) continue;
+    if (!overrides.empty() && !c.takes_overrides)
+      user_error("config overrides ({}) are only accepted by train, config and plan", overrides.front());
+    return c.run(overrides);
+  }
+  return 0;
+}
+
+// The one line an error ends with: escaped, the middle of an overlong one left out (a path of
+// 4000 bytes). A torch error (a bug, exit 1) keeps its lines, escaped.
+constexpr size_t kMaxErrorLine = 1000;
+void print_error(const char* kind, const std::string& what) {
+  fmt::print(stderr, "bcdtrain: {}: {}\n", kind, shorten_line(printable_line(what), kMaxErrorLine));
+}
+
+}  // namespace
+
+namespace bcd::cli {
+
+int run_command_line(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UserError& e) {
+    print_error("error", e.what());
+    if (state_file_abandoned()) {  // skip HDF5's exit handler: it would flush that file again
+      std::fflush(nullptr);
+      ::_exit(2);
+    }
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave (or a directory under it) that the system refused: the user's to fix.
+    print_error("error", e.path1().empty() ? e.code().message()
+                                           : fmt::format("{}: {}", e.path1().string(), e.code().message()));
+    return 2;
+  } catch (const InternalError& e) {
+    print_error("internal error", e.what());
+    return 1;
+  } catch (const c10::Error& e) {
+    fmt::print(stderr, "bcdtrain: torch error: {}\n", printable(e.what_without_backtrace()));
+    return 1;
+  } catch (const std::exception& e) {
+    print_error("error", e.what());
+    return 1;
+  }
+}
+
+}  // namespace bcd::cli
