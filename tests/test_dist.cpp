@@ -1,15 +1,20 @@
 // Data-parallel training over real processes on loopback (c10d Gloo), against the single-process
 // run: 2 ranks x b give 1 rank x 2b, a stopped run resumes exactly (and on one rank), a killed
 // rank stops the run; and where ranks come from (launcher, torchrun and Slurm variables).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
+#include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -24,6 +29,7 @@
 #include "model/weights.h"
 #include "runtime/launcher.h"
 #include "runtime/process_group.h"
+#include "runtime/run_identity.h"
 #include "runtime/run_setup.h"
 #include "test_util.h"
 
@@ -199,7 +205,8 @@ TEST(Launch, MoreRanksThanTheMachineHoldsNeedOversubscribe) {
 
 TEST(Launch, BadOptionsAreRefused) {
   LaunchOptions o;
-  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "0", "train"}, o); }).find("--nproc 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "0", "train"}, o); }).find("--nproc: expected an integer from 1 to 1024, got 0"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2"}, o); }).find("no command"), std::string::npos);
   EXPECT_NE(error_of([&] { parse_launch_args({"--nnodes", "2", "--nproc", "2", "train"}, o); }).find("--master-port"),
             std::string::npos);
@@ -216,6 +223,159 @@ TEST(Launch, BadOptionsAreRefused) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("/no/such.toml: cannot open config file"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("bcdtrain launch: rank"), std::string::npos) << r.output;
+}
+
+// A TCP socket listening on a free port of 127.0.0.1 (closed when it dies): a busy port for
+// tests, or (closed at once) a port nobody listens on.
+class HeldPort {
+ public:
+  HeldPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd_, 4) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error(std::string("HeldPort: ") + std::strerror(errno));
+    port_ = ntohs(a.sin_port);
+  }
+  ~HeldPort() { ::close(fd_); }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+int free_port() { return HeldPort().port(); }
+
+// The lines of `text` that are not empty.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+// A --master-port something else listens on: refused in one line naming the port and what
+// happened, before any rank starts (it used to be 15 lines: c10d's retries and backtraces, and "failed
+// within 15 s" for a failure at once). A rank 0 started by hand on that port says the same in one
+// line of its own.
+TEST(Launch, ABusyMasterPortIsOneLineNamingThePort) {
+  test::TempDir dir("bcd-launch-port");
+  HeldPort busy;
+  const std::string p = std::to_string(busy.port());
+  const std::string train = "train --quiet --config " + test::source_path("configs/tiny.toml") +
+                            " --train.run_dir=" + dir.file("run") + " --dist.timeout_s=15";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::run_bcdtrain("launch --nproc 2 --master-port " + p + " " + train);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  ASSERT_EQ(lines_of(r.output).size(), 1u) << r.output;
+  EXPECT_NE(r.output.find("port " + p + " is in use"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("127.0.0.1:" + p), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("within"), std::string::npos) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "refused at once";
+
+  ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", p}});
+  const auto h = test::run_bcdtrain(train);
+  EXPECT_EQ(h.exit_code, 2) << h.output;
+  ASSERT_EQ(lines_of(h.output).size(), 1u) << h.output;
+  EXPECT_NE(h.output.find("rank 0 could not listen on 127.0.0.1:" + p + " for the rendezvous (RANK/WORLD_SIZE): port " +
+                          p + " is in use"),
+            std::string::npos)
+      << h.output;
+  EXPECT_EQ(h.output.find("within"), std::string::npos) << h.output;
+}
+
+// Children of a process, from /proc (the launcher's ranks).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t c;
+  while (in >> c) out.push_back(c);
+  return out;
+}
+
+// SIGTERM while launch is still starting ranks (BCD_LAUNCH_SPAWN_DELAY_MS holds it there): it
+// starts no more, passes the signal to those it started (waiting in the rendezvous for the rest)
+// and ends at once with 128 + SIGTERM, leaving no rank behind.
+TEST(Launch, ASignalWhileStartingRanksStopsTheStartAndEveryRankStarted) {
+  test::TempDir dir("bcd-launch-signal");
+  ::setenv("BCD_LAUNCH_SPAWN_DELAY_MS", "500", 1);
+  test::Background bg("launch --nproc 6 --oversubscribe train --quiet --config " +
+                          test::source_path("configs/tiny.toml") + " --train.run_dir=" + dir.file("run") +
+                          " --dist.timeout_s=60",
+                      dir.file("launch.log"));
+  ::unsetenv("BCD_LAUNCH_SPAWN_DELAY_MS");
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 2000 && ranks.size() < 2; ++i) {  // the moment: two ranks started, four to go
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ranks = children_of(bg.pid);
+  }
+  ASSERT_GE(ranks.size(), 2u) << test::read_text(dir.file("launch.log"));
+  ASSERT_EQ(kill(bg.pid, SIGTERM), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = bg.wait();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = test::read_text(dir.file("launch.log"));
+  EXPECT_EQ(code, 128 + SIGTERM) << log;
+  EXPECT_LT(waited, 5.0) << log;
+  EXPECT_NE(log.find("while starting ranks ("), std::string::npos) << log;
+  EXPECT_EQ(log.find("(6 of 6 started)"), std::string::npos) << "it went on starting ranks: " << log;
+  for (pid_t p : ranks) EXPECT_NE(kill(p, 0), 0) << "rank pid " << p << " is still there";
+}
+
+// ---- Ranks agree or nobody starts ----
+
+TEST(RankAgreement, RanksReadAsRanges) {
+  EXPECT_EQ(rank_ranges({1}), "rank 1");
+  EXPECT_EQ(rank_ranges({0, 1}), "ranks 0-1");
+  EXPECT_EQ(rank_ranges({3, 0, 2}), "ranks 0, 2-3");
+  EXPECT_EQ(rank_ranges({0, 2, 3, 4, 7, 9, 10}), "ranks 0, 2-4, 7, 9-10");
+}
+
+TEST(RankAgreement, DifferencesNameTheKeyTheValuesAndTheRanks) {
+  const RankFacts a = {{"model.n_layers", "4"}, {"train.lr", "0.002"}};
+  const RankFacts b = {{"model.n_layers", "4"}, {"train.lr", "0.5"}};
+  EXPECT_EQ(rank_differences({a, a, a}), "");
+  EXPECT_EQ(rank_differences({a, b, a, a}), "train.lr: 0.002 on ranks 0, 2-3; 0.5 on rank 1");
+  const RankFacts c = {{"model.n_layers", "2"}, {"train.lr", "0.5"}};
+  EXPECT_EQ(rank_differences({a, c}),
+            "model.n_layers: 4 on rank 0; 2 on rank 1 | train.lr: 0.002 on rank 0; 0.5 on rank 1");
+  EXPECT_EQ(rank_differences({a, c}, 1), "model.n_layers: 4 on rank 0; 2 on rank 1 | and 1 more keys");
+  // A key one rank does not name; a value with a newline stays on one line.
+  EXPECT_EQ(rank_differences({a, {{"model.n_layers", "4"}}}), "train.lr: 0.002 on rank 0; (not given) on rank 1");
+  const RankFacts d = {{"train.run_dir", "'a\nb'"}};
+  EXPECT_EQ(rank_differences({d, {{"train.run_dir", "'a'"}}}), "train.run_dir: 'a\\nb' on rank 0; 'a' on rank 1");
+}
+
+// Only what describes one rank's machine may differ (threads, the device's peak, [memory], ranks
+// per machine): placement keys every one (a resume may change them), none of what the ranks
+// compute together or where the run's files go.
+TEST(RankAgreement, PerRankKeysDescribeOneRanksMachine) {
+  std::map<std::string, Resume> resume;
+  for (const auto& [key, r] : resume_classes()) resume[key] = r;
+  int per_rank = 0;
+  for (const auto& [key, r] : resume)
+    if (is_per_rank_key(key)) {
+      ++per_rank;
+      EXPECT_EQ(r, Resume::kPlacement) << key;
+    }
+  EXPECT_GE(per_rank, 4);
+  for (const char* key :
+       {"train.threads", "train.peak_tflops", "dist.nproc", "memory.host_bytes", "memory.nvme_paths"}) {
+    EXPECT_TRUE(resume.count(key)) << key;
+    EXPECT_TRUE(is_per_rank_key(key)) << key;
+  }
+  for (const char* key : {"train.lr", "train.grad_clip", "train.run_dir", "train.seed", "model.n_layers",
+                          "model.init_from", "data.path", "dist.bucket_bytes", "dist.backend", "train.device",
+                          "train.checkpoint_every"})
+    EXPECT_FALSE(is_per_rank_key(key)) << key;
+  EXPECT_EQ(binary_identity().rfind("build-id ", 0), 0u) << binary_identity();
 }
 
 // ---- Training on two ranks ----
@@ -311,6 +471,83 @@ std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> bitwise_pair
   }
   expect_weights_close(DataParallel::path(a) + "/model.h5", DataParallel::path(b) + "/model.h5", 0.0);
   return {ma, mb};
+}
+
+// ---- Ranks started by hand must run the same run ----
+
+// Two ranks started by hand, as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), rank r with `extra[r]` on top of the same small run: their exit codes and logs.
+struct HandStarted {
+  int code[2] = {-1, -1};
+  std::string log[2];
+  double seconds = 0;  // until both ended
+};
+HandStarted start_by_hand(const std::string& run, const std::string& extra0, const std::string& extra1) {
+  HandStarted h;
+  ScopedEnv env({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(free_port())}});
+  const std::string extra[2] = {extra0, extra1};
+  std::vector<test::Background> ranks;
+  ranks.reserve(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r) {
+    ::setenv("RANK", std::to_string(r).c_str(), 1);
+    ranks.emplace_back(DataParallel::train(run, 4, " --train.steps=3 --dist.timeout_s=60" + extra[r]),
+                       DataParallel::path(run + "-rank" + std::to_string(r) + ".log"));
+  }
+  for (int r = 0; r < 2; ++r) {
+    h.code[r] = ranks[static_cast<size_t>(r)].wait();
+    h.log[r] = test::read_text(DataParallel::path(run + "-rank" + std::to_string(r) + ".log"));
+  }
+  h.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return h;
+}
+
+// One rank with another learning rate used to train along silently (config.toml recording rank
+// 0's): now both stop before the first step, each with the one line naming the key, both values
+// and the ranks.
+TEST_F(DataParallel, RanksStartedWithAnotherLearningRateStopBeforeTheFirstStep) {
+  const HandStarted h = start_by_hand("hand-lr", "", " --train.lr=0.5");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(h.code[r], 2) << "rank " << r << ":\n" << h.log[r];
+    EXPECT_NE(h.log[r].find("train.lr: 0.002 on rank 0; 0.5 on rank 1"), std::string::npos) << h.log[r];
+    EXPECT_NE(h.log[r].find("rank " + std::to_string(r) + " of 2: the ranks were started on different runs"),
+              std::string::npos) << h.log[r];
+    EXPECT_EQ(lines_of(h.log[r]).size(), 1u) << h.log[r];
+  }
+  EXPECT_FALSE(fs::exists(path("hand-lr") + "/metrics.jsonl")) << "a step ran";
+}
+
+// Another model shape used to end in SIGABRT inside Gloo (a collective of other sizes): now the
+// same one line and exit 2, before any collective.
+TEST_F(DataParallel, RanksStartedWithAnotherModelShapeStopWithoutAnAbort) {
+  const HandStarted h = start_by_hand("hand-layers", "", " --model.n_layers=2");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(h.code[r], 2) << "rank " << r << ":\n" << h.log[r];
+    EXPECT_NE(h.log[r].find("model.n_layers: 4 on rank 0; 2 on rank 1"), std::string::npos) << h.log[r];
+    EXPECT_EQ(h.log[r].find("gloo"), std::string::npos) << h.log[r];
+    EXPECT_EQ(lines_of(h.log[r]).size(), 1u) << h.log[r];
+  }
+}
+
+// A rank whose setup fails before the ranks compare their runs says why in its own line; the
+// other learns it at once (not after dist.timeout_s) and says which rank left, whichever it is.
+TEST_F(DataParallel, ARankThatFailsBeforeTheComparisonStopsTheOtherAtOnce) {
+  const HandStarted a = start_by_hand("hand-gone1", "", " --data.path=" + path("no-such-data"));
+  EXPECT_EQ(a.code[1], 2) << a.log[1];
+  EXPECT_NE(a.log[1].find("no-such-data"), std::string::npos) << a.log[1];
+  EXPECT_EQ(a.code[0], 2) << a.log[0];
+  EXPECT_NE(a.log[0].find("rank 0 of 2: rank 1 stopped before the ranks compared their runs"), std::string::npos)
+      << a.log[0];
+  EXPECT_LT(a.seconds, 30.0) << "it waited for the 60 s timeout";
+  const HandStarted b = start_by_hand("hand-gone0", " --data.path=" + path("no-such-data"), "");
+  EXPECT_EQ(b.code[0], 2) << b.log[0];
+  EXPECT_NE(b.log[0].find("no-such-data"), std::string::npos) << b.log[0];
+  EXPECT_EQ(b.code[1], 2) << b.log[1];
+  EXPECT_NE(b.log[1].find("rank 1 of 2: rank 0, which serves the rendezvous store, stopped before the ranks compared "
+                          "their runs"),
+            std::string::npos)
+      << b.log[1];
+  EXPECT_LT(b.seconds, 30.0) << "it waited for the 60 s timeout";
 }
 
 struct Variant {
@@ -531,15 +768,6 @@ TEST_F(DataParallel, RanksOnOneMachineShareItsMemory) {
   auto plan = test::run_bcdtrain("plan --config " + test::source_path("configs/tiny.toml") + " --nproc 2 --model.vocab_size=2048");
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_NE(plan.output.find("per rank, 2 ranks on this machine"), std::string::npos) << plan.output;
-}
-
-// Children of a process, from /proc (the launcher's ranks).
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-  pid_t c;
-  while (in >> c) out.push_back(c);
-  return out;
 }
 
 TEST_F(DataParallel, AKilledRankStopsEveryRankAndTheLauncherNamesIt) {

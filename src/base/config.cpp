@@ -208,20 +208,35 @@ struct FieldWriter {
   }
 };
 
+// One key's value as config.toml writes it ("0.002", "'runs/a'", "[ 1, 2 ]").
+template <class T>
+std::string value_text(const char* key, T& f, const char* doc, Resume r) {
+  toml::table t;
+  FieldWriter w{t};
+  w(key, f, doc, r);
+  std::ostringstream v;
+  v << t;  // "key = value"
+  std::string kv = v.str();
+  const auto eq = kv.find(" = ");
+  std::string value = eq == std::string::npos ? kv : kv.substr(eq + 3);
+  while (!value.empty() && value.back() == '\n') value.pop_back();
+  return value;
+}
+
 struct DocWriter {
   std::ostringstream& os;
   template <class T>
   void operator()(const char* key, T& f, const char* doc, Resume r) {
-    toml::table t;
-    FieldWriter w{t};
-    w(key, f, doc, r);
-    std::ostringstream v;
-    v << t;  // "key = value"
-    std::string kv = v.str();
-    const auto eq = kv.find(" = ");
-    std::string value = eq == std::string::npos ? kv : kv.substr(eq + 3);
-    while (!value.empty() && value.back() == '\n') value.pop_back();
-    os << "| `" << key << "` | `" << value << "` | " << doc << " |\n";
+    os << "| `" << key << "` | `" << value_text(key, f, doc, r) << "` | " << doc << " |\n";
+  }
+};
+
+struct ValueLister {
+  std::string section;
+  std::vector<std::pair<std::string, std::string>> out;
+  template <class T>
+  void operator()(const char* key, T& f, const char* doc, Resume r) {
+    out.emplace_back(section + "." + key, value_text(key, f, doc, r));
   }
 };
 
@@ -439,6 +454,16 @@ std::string config_to_toml(Config& cfg) {
   std::ostringstream os;
   os << root << "\n";
   return os.str();
+}
+
+std::vector<std::pair<std::string, std::string>> config_values(Config& cfg) {
+  ValueLister lister;
+  auto each = [&](const char* name, auto& section) {
+    lister.section = name;
+    section.visit(lister);
+  };
+  cfg.visit_sections(each);
+  return lister.out;
 }
 
 std::string config_reference() {

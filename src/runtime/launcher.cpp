@@ -35,7 +35,7 @@ extern "C" void on_launcher_signal(int sig) { g_forward_signal.store(sig); }
 
 int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
   const std::optional<int64_t> v = parse_count(text);
-  if (!v || *v < lo || *v > hi) user_error("launch: {} {}: expected a whole number in [{}, {}]", flag, text, lo, hi);
+  if (!v || *v < lo || *v > hi) user_error("{}: expected an integer from {} to {}, got {}", flag, lo, hi, text.empty() ? "\"\"" : text);
   return static_cast<int>(*v);
 }
 
@@ -55,6 +55,30 @@ int free_port() {
   }
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+// Rank 0 serves the rendezvous on `port` of every interface of this host (c10d's TCPStore binds
+// them all, with SO_REUSEADDR): refused here, before any rank starts, when something listens
+// there already. A rank that failed on it would say so among the others' lines.
+void check_port_free(const std::string& addr, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return;  // the rank finds out and says why
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  const int err = errno;
+  ::close(fd);
+  if (rc == 0) return;
+  if (err == EADDRINUSE)
+    user_error("launch: --master-port {}: port {} is in use on this host (another run's rendezvous, or another "
+               "program), so rank 0 could not listen on {}:{}; give another --master-port, or leave it out to take a "
+               "free one",
+               port, port, addr, port);
+  user_error("launch: --master-port {}: rank 0 could not listen on {}:{}: {}", port, addr, port, std::strerror(err));
 }
 
 std::string self_exe() {
@@ -123,7 +147,7 @@ int visible_gpus() {
 std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt) {
   size_t i = 0;
   auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= args.size()) user_error("launch: {} needs a value", flag);
+    if (i + 1 >= args.size()) user_error("{}: expected a value, got none (launch {} VALUE ... train ...)", flag, flag);
     return args[++i];
   };
   bool nproc_given = false;
@@ -150,7 +174,7 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
     } else if (a == "--grace") {
       opt.grace_s = parse_int(a, get(), 0, 86400);
     } else if (a == "--oversubscribe") {
-      if (inline_value) user_error("launch: --oversubscribe takes no value");
+      if (inline_value) user_error("--oversubscribe: expected no value, got {}", v);
       opt.oversubscribe = true;
     } else {
       break;
@@ -181,28 +205,72 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
   return command;
 }
 
+namespace {
+
+// BCD_LAUNCH_SPAWN_DELAY_MS: a pause after starting each rank (a test hook: it widens the moment
+// in which a signal finds the launcher still starting ranks). 0 without the variable.
+int spawn_delay_ms() {
+  const char* v = std::getenv("BCD_LAUNCH_SPAWN_DELAY_MS");
+  if (v == nullptr || *v == '\0') return 0;
+  const std::optional<int64_t> ms = parse_count(v);
+  if (!ms || *ms > 60000) user_error("launch: BCD_LAUNCH_SPAWN_DELAY_MS={}: expected milliseconds in [0, 60000]", v);
+  return static_cast<int>(*ms);
+}
+
+// Sleeps `ms`, or less when a signal comes for the launcher.
+void pause_unless_signalled(int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (g_forward_signal.load() == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+}  // namespace
+
 int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& command) {
   const std::string exe = self_exe();
+  if (opt.master_port > 0 && opt.node_rank == 0) check_port_free(opt.master_addr, opt.master_port);
   const int port = opt.master_port > 0 ? opt.master_port : free_port();
   const int world = opt.nnodes * opt.nproc;
+  const int delay_ms = spawn_delay_ms();
 
   g_forward_signal.store(0);
   auto old_int = std::signal(SIGINT, on_launcher_signal);
   auto old_term = std::signal(SIGTERM, on_launcher_signal);
 
+  // SIGINT/SIGTERM are held while a rank is forked: one forwarded to the child before it resets
+  // its handlers would run the launcher's handler there and be lost (the rank would start).
+  // Held, it reaches the child once its default action is back (the rank stops), and one for the
+  // launcher reaches it after the fork (it then starts no more ranks).
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+
   const pid_t launcher = ::getpid();
-  std::vector<Rank> ranks(static_cast<size_t>(opt.nproc));
+  std::vector<Rank> ranks;
+  ranks.reserve(static_cast<size_t>(opt.nproc));
+  int interrupted_by = 0;  // a signal that came while ranks were being started
   for (int local = 0; local < opt.nproc; ++local) {
-    Rank& r = ranks[static_cast<size_t>(local)];
+    if ((interrupted_by = g_forward_signal.load()) != 0) break;
+    Rank& r = ranks.emplace_back();
     r.rank = opt.node_rank * opt.nproc + local;
+    ::sigprocmask(SIG_BLOCK, &stop_signals, &old_mask);
     const pid_t pid = ::fork();
-    if (pid < 0) user_error("launch: fork failed: {}", std::strerror(errno));
+    if (pid < 0) {
+      const int err = errno;
+      ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+      ranks.pop_back();
+      for (const Rank& k : ranks) ::kill(k.pid, SIGTERM);
+      user_error("launch: fork failed after starting {} of {} ranks (they were stopped): {}", ranks.size(), opt.nproc,
+                 std::strerror(err));
+    }
     if (pid == 0) {
       ::setpgid(0, 0);  // signals reach the rank through the launcher only
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // and a launcher that dies takes its ranks along
       if (::getppid() != launcher) ::_exit(128 + SIGTERM);
       std::signal(SIGINT, SIG_DFL);
       std::signal(SIGTERM, SIG_DFL);
+      ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a signal held since the fork stops the rank now
       ::setenv("RANK", std::to_string(r.rank).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
@@ -219,6 +287,8 @@ int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& comma
     }
     r.pid = pid;
     r.running = true;
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    if (delay_ms > 0 && local + 1 < opt.nproc) pause_unless_signalled(delay_ms);
   }
 
   // Watch the ranks: forward signals; the first failure stops the others.
@@ -235,6 +305,18 @@ int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& comma
     for (const Rank& r : ranks)
       if (r.running) ::kill(r.pid, sig);
   };
+  if (interrupted_by != 0) {
+    // Stopped while starting ranks: no more start, the signal goes to those that did (they are
+    // in their set-up, where it stops them at once), and they get grace_s before SIGKILL.
+    g_forward_signal.store(0);
+    fmt::print(stderr, "bcdtrain launch: signal {} ({}) while starting ranks ({} of {} started): stopping them\n",
+               interrupted_by, strsignal(interrupted_by), ranks.size(), opt.nproc);
+    signal_all(interrupted_by);
+    forwarded = true;
+    result = 128 + interrupted_by;
+    failed = true;  // the ranks' own exit codes do not replace it
+    kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt.grace_s * 1000));
+  }
   while (alive() > 0) {
     if (const int sig = g_forward_signal.exchange(0)) {
       signal_all(sig);  // a second ^C reaches the ranks as their second signal: they stop at once

@@ -25,11 +25,15 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
 
 // Runs `command` (bcdtrain's arguments, e.g. {"train", "--config", "c.toml"}) as opt.nproc
 // processes of this binary with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-// MASTER_PORT set. SIGINT/SIGTERM are forwarded to every rank (each in its own process group, so
-// a terminal's ^C reaches them once, through here). When a rank fails, the launcher names it
+// MASTER_PORT set. A --master-port something on this host listens on already (node 0) is a
+// UserError naming it, before any rank starts. SIGINT/SIGTERM are forwarded to every rank (each
+// in its own process group, so a terminal's ^C reaches them once, through here); one that comes
+// while ranks are still being started stops the starting: the ranks started get it (SIGKILL
+// after grace_s) and the launcher returns 128 + signal. When a rank fails, the launcher names it
 // (rank, pid, exit status or signal) on stderr, stops the others (SIGTERM, then SIGKILL after
 // grace_s) and returns that rank's exit code; otherwise the ranks' largest exit code (0, or
-// 128 + signal when they were stopped by one).
+// 128 + signal when they were stopped by one). BCD_LAUNCH_SPAWN_DELAY_MS (a test hook) pauses
+// after starting each rank.
 int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& command);
 
 }  // namespace bcd

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <deque>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -24,10 +26,35 @@
 
 #include "base/bytes.h"
 #include "base/error.h"
+#include "runtime/run_identity.h"
+
+#ifdef BCD_HAVE_C10D
+#include <c10/util/Logging.h>
+#endif
 
 namespace bcd {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+#ifdef BCD_HAVE_C10D
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+#endif
+
+// An exception's message in one line: c10's errors carry a backtrace and "Exception raised from"
+// after their message.
+std::string one_line(const std::exception& e) {
+  std::string m = e.what();
+#ifdef BCD_HAVE_C10D
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) m = c->what_without_backtrace();
+#endif
+  m = m.substr(0, m.find("\nException raised from"));
+  for (char& ch : m)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  while (!m.empty() && m.back() == ' ') m.pop_back();
+  return m;
+}
 
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
@@ -112,11 +139,16 @@ DistEnv DistEnv::from_environment() {
   return d;
 }
 
-// ---- Collectives ----
+// ---- Rendezvous ----
 
 struct ProcessGroup::Impl {
   torch::Device device = torch::kCPU;  // where the backend wants tensors (NCCL: this rank's GPU)
   std::string backend = "none";
+  bool agreed = false;                 // agree() ran to its end (either way): nothing to tell when leaving
+  DistEnv env;
+  Backend kind = Backend::kGloo;       // resolved: gloo or nccl
+  torch::Device model_device = torch::kCPU;
+  std::chrono::milliseconds timeout{0};
 #ifdef BCD_HAVE_C10D
   c10::intrusive_ptr<c10d::Store> store;
   // ProcessGroupNCCL and ProcessGroupGloo are c10d::Backends (torch 2.x); a c10d::ProcessGroup
@@ -126,16 +158,105 @@ struct ProcessGroup::Impl {
 #endif
 };
 
+#ifdef BCD_HAVE_C10D
+namespace {
+
+// The store's keys of agree(): what each rank published, who left before publishing, and rank 0's
+// verdict.
+std::string facts_key(int r) { return "bcd/run/facts/" + std::to_string(r); }
+std::string hash_key(int r) { return "bcd/run/hash/" + std::to_string(r); }
+std::string gone_key(int r) { return "bcd/run/gone/" + std::to_string(r); }
+constexpr const char* kPublished = "bcd/run/published";  // counters
+constexpr const char* kGone = "bcd/run/gone";
+constexpr const char* kRead = "bcd/run/read";
+constexpr const char* kVerdict = "bcd/run/verdict";      // "ok", or "!" and the message
+constexpr const char* kStoreGone =
+    "rank 0, which serves the rendezvous store, stopped before the ranks compared their runs (see its error); no "
+    "rank starts";
+
+// Facts as bytes for the store, lengths first (values may hold any byte: a path with a newline).
+std::string encode_facts(const RankFacts& facts) {
+  std::string out;
+  for (const auto& [k, v] : facts) out += fmt::format("{} {}\n", k.size(), v.size()) + k + v;
+  return out;
+}
+
+RankFacts decode_facts(const std::string& text) {
+  RankFacts out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t nl = text.find('\n', at);
+    size_t klen = 0, vlen = 0;
+    if (nl == std::string::npos || std::sscanf(text.c_str() + at, "%zu %zu", &klen, &vlen) != 2 ||
+        nl + 1 + klen + vlen > text.size())
+      user_error("the rendezvous store holds a malformed description of a rank's run (another program on the port?)");
+    out.emplace_back(text.substr(nl + 1, klen), text.substr(nl + 1 + klen, vlen));
+    at = nl + 1 + klen + vlen;
+  }
+  return out;
+}
+
+std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::string as_text(const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); }
+
+// c10d logs every retry and failure of the rendezvous, a backtrace with each; the errors here
+// say what happened in one line. TORCH_CPP_LOG_LEVEL (e.g. INFO) keeps c10's own lines.
+void quiet_c10d_logs() {
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // FATAL only
+}
+
+// The rendezvous failed (`why`, one line, after `waited` seconds): what happened, for this rank.
+std::string rendezvous_failure(const DistEnv& env, int64_t timeout_s, double waited, const std::string& why) {
+  const std::string at = fmt::format("{}:{}", env.master_addr, env.master_port);
+  const bool timed_out = waited >= 0.9 * static_cast<double>(timeout_s);
+  if (env.rank == 0 && !timed_out) {
+    const bool busy = why.find("EADDRINUSE") != std::string::npos || why.find("already in use") != std::string::npos;
+    if (busy)
+      return fmt::format("rank 0 could not listen on {} for the rendezvous ({}): port {} is in use (another run's "
+                         "rendezvous, or another program); choose another MASTER_PORT",
+                         at, env.source, env.master_port);
+    return fmt::format("rank 0 could not listen on {} for the rendezvous ({}): {}", at, env.source, why);
+  }
+  if (env.rank == 0)
+    return fmt::format("rank 0: not all {} ranks came to the rendezvous on {} ({}) within {} s ([dist] timeout_s): {}",
+                       env.world_size, at, env.source, timeout_s, why);
+  if (timed_out)
+    return fmt::format("rank {}: no rendezvous at {} ({}) within {} s ([dist] timeout_s): rank 0 does not serve it "
+                       "there (not started, stopped, or at another MASTER_ADDR/MASTER_PORT): {}",
+                       env.rank, at, env.source, timeout_s, why);
+  return fmt::format("rank {} could not reach the rendezvous at {} ({}) after {:.1f} s: {}", env.rank, at, env.source,
+                     waited, why);
+}
+
+}  // namespace
+#endif
+
 ProcessGroup::ProcessGroup(int rank, int world_size, std::unique_ptr<Impl> impl)
     : rank_(rank), world_size_(world_size), impl_(std::move(impl)) {}
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+#ifdef BCD_HAVE_C10D
+  // Left before agree() finished (this rank's setup failed; it has said why): the others learn it
+  // now instead of after dist.timeout_s. Rank 0's store goes with it, which they notice too.
+  if (world_size_ > 1 && !impl_->agreed && impl_->store) {
+    try {
+      impl_->store->setTimeout(std::chrono::seconds(2));
+      impl_->store->set(gone_key(rank_), as_bytes("1"));
+      impl_->store->add(kGone, 1);
+    } catch (const std::exception&) {
+      // the store is gone too: the others notice that instead
+    }
+  }
+#endif
+}
 
 std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const DistConfig& cfg,
                                                    const torch::Device& device) {
   auto impl = std::make_unique<Impl>();
-  if (env.world_size == 1)
+  if (env.world_size == 1) {
+    impl->agreed = true;
     return std::unique_ptr<ProcessGroup>(new ProcessGroup(0, 1, std::move(impl)));
+  }
   // auto: NCCL when the model is on a GPU, Gloo on the CPU.
   const Backend backend = cfg.backend != Backend::kAuto ? cfg.backend : device.is_cuda() ? Backend::kNccl : Backend::kGloo;
   if (backend == Backend::kNccl && !device.is_cuda())
@@ -151,22 +272,156 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
                env.world_size);
 #endif
 #ifdef BCD_HAVE_C10D
+  quiet_c10d_logs();
   impl->backend = name_of(backend);
-  const auto timeout = std::chrono::milliseconds(cfg.timeout_s * 1000);
+  impl->kind = backend;
+  impl->env = env;
+  impl->model_device = device;
+  impl->timeout = std::chrono::milliseconds(cfg.timeout_s * 1000);
+  const auto t0 = Clock::now();
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
     so.isServer = env.rank == 0;
     so.numWorkers = env.world_size;
     so.waitWorkers = true;
-    so.timeout = timeout;
+    so.timeout = impl->timeout;
     impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
   } catch (const std::exception& e) {
-    user_error("rank {}: rendezvous at {}:{} ({}) failed within {} s: {}", env.rank, env.master_addr,
-               env.master_port, env.source, cfg.timeout_s, e.what());
+    throw UserError(rendezvous_failure(env, cfg.timeout_s, seconds_since(t0), one_line(e)));
   }
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(env.rank, env.world_size, std::move(impl)));
+#else
+  user_error("WORLD_SIZE={}: this build has no process group (configure with Gloo's headers, libgloo-dev)",
+             env.world_size);
+#endif
+}
+
+void ProcessGroup::agree(const RankFacts& facts) {
+  BCD_CHECK(!impl_->agreed || world_size_ == 1, "agree() called twice");
+  if (world_size_ == 1) return;
+#ifdef BCD_HAVE_C10D
+  const std::string text = encode_facts(facts);
+  std::string verdict;
+  try {
+    impl_->store->set(facts_key(rank_), as_bytes(text));
+    impl_->store->set(hash_key(rank_), as_bytes(fnv1a_hex(text)));
+    impl_->store->add(kPublished, 1);
+    verdict = is_root() ? judge_facts() : await_verdict();
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Rank 0's store is in this process: it fails only on a bug. Another rank loses it when
+    // rank 0 has gone.
+    impl_->agreed = true;
+    if (is_root())
+      user_error("rank 0 of {}: comparing the ranks' runs in the rendezvous store failed: {}", world_size_,
+                 one_line(e));
+    verdict = kStoreGone;
+  }
+  impl_->agreed = true;
+  if (!verdict.empty()) user_error("rank {} of {}: {}", rank_, world_size_, verdict);
+  form_group();
+#else
+  (void)facts;  // connect() refused a world of several ranks
+#endif
+}
+
+std::string ProcessGroup::judge_facts() {
+#ifdef BCD_HAVE_C10D
+  c10d::Store& store = *impl_->store;
+  const auto deadline = Clock::now() + impl_->timeout;
+  int64_t published = 0, gone = 0;
+  for (;;) {  // until every rank published, one left, or the timeout passed
+    published = store.add(kPublished, 0);
+    gone = store.add(kGone, 0);
+    if (published >= world_size_ || gone > 0 || Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string verdict;
+  int readers = world_size_ - 1;  // ranks that will read the verdict
+  if (published < world_size_) {
+    std::vector<int> left, silent;
+    for (int r = 1; r < world_size_; ++r) {
+      if (store.check({gone_key(r)})) left.push_back(r);
+      else if (!store.check({hash_key(r)})) silent.push_back(r);
+    }
+    readers -= static_cast<int>(left.size() + silent.size());
+    std::vector<std::string> parts;
+    if (!left.empty())
+      parts.push_back(fmt::format("{} stopped before the ranks compared their runs (see {} own error)",
+                                  rank_ranges(left), left.size() > 1 ? "their" : "its"));
+    if (!silent.empty() && left.empty())
+      parts.push_back(fmt::format("{} did not describe {} run within {} s ([dist] timeout_s): stopped, hung or dead "
+                                  "(see {} log)",
+                                  rank_ranges(silent), silent.size() > 1 ? "their" : "its",
+                                  impl_->timeout.count() / 1000, silent.size() > 1 ? "their" : "its"));
+    verdict = parts.empty() ? "a rank left before the ranks compared their runs" : parts[0];
+    verdict += "; no rank starts";
+  } else {
+    std::vector<std::string> keys;
+    for (int r = 0; r < world_size_; ++r) keys.push_back(hash_key(r));
+    const std::vector<std::vector<uint8_t>> hashes = store.multiGet(keys);
+    std::map<std::string, std::string> text_of;  // hash -> the text of the first rank that has it
+    std::vector<RankFacts> facts_of(static_cast<size_t>(world_size_));
+    for (int r = 0; r < world_size_; ++r) {
+      const std::string h = as_text(hashes[static_cast<size_t>(r)]);
+      if (!text_of.count(h)) text_of[h] = as_text(store.get(facts_key(r)));
+      facts_of[static_cast<size_t>(r)] = decode_facts(text_of[h]);
+    }
+    if (text_of.size() > 1) {
+      std::string diff = rank_differences(facts_of);
+      if (diff.empty()) diff = "their descriptions differ in order";  // the same facts in another order
+      verdict = "the ranks were started on different runs; no rank starts (start every rank with the same config, "
+                "data, checkpoint and binary): " + diff;
+    }
+  }
+  store.set(kVerdict, as_bytes(verdict.empty() ? "ok" : "!" + verdict));
+  if (!verdict.empty()) {
+    // The store leaves with this process: wait (a little) until the others have read the verdict.
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (store.add(kRead, 0) < readers && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return verdict;
+#else
+  return "";
+#endif
+}
+
+std::string ProcessGroup::await_verdict() {
+#ifdef BCD_HAVE_C10D
+  c10d::Store& store = *impl_->store;
+  const auto t0 = Clock::now();
+  // Rank 0 waits up to the timeout for the last rank; the margin covers its comparison.
+  const auto limit = impl_->timeout + std::chrono::seconds(30);
+  std::string v;
+  try {
+    store.wait({kVerdict}, limit);
+    v = as_text(store.get(kVerdict));
+  } catch (const std::exception& e) {
+    if (seconds_since(t0) < 0.9 * std::chrono::duration<double>(limit).count()) return kStoreGone;
+    return fmt::format("rank 0 did not compare the ranks' runs within {} s: {}",
+                       std::chrono::duration_cast<std::chrono::seconds>(limit).count(), one_line(e));
+  }
+  if (v == "ok") return "";
+  try {
+    store.add(kRead, 1);
+  } catch (const std::exception&) {
+    // rank 0 has gone already: the verdict is read
+  }
+  return v.empty() ? "rank 0 refused the run" : v.substr(1);
+#else
+  return "";
+#endif
+}
+
+void ProcessGroup::form_group() {
+#ifdef BCD_HAVE_C10D
+  const DistEnv& env = impl_->env;
+  const auto timeout = impl_->timeout;
 #ifdef BCD_HAVE_NCCL
-  if (backend == Backend::kNccl) {
+  if (impl_->kind == Backend::kNccl) {
     // Collectives run on NCCL's own streams, which ProcessGroupNCCL orders after the work already
     // queued on the current (compute) stream by an event, and before later work that waits on the
     // collective. Blocking wait with async error handling: a peer that died or hangs makes wait()
@@ -178,15 +433,15 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
     try {
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = timeout;
-      impl->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, env.rank, env.world_size, opts);
-      impl->device = device;
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, env.rank, env.world_size, opts);
+      impl_->device = impl_->model_device;
     } catch (const std::exception& e) {
-      user_error("rank {}: cannot form the NCCL group of {} ranks: {}", env.rank, env.world_size, e.what());
+      user_error("rank {}: cannot form the NCCL group of {} ranks: {}", env.rank, env.world_size, one_line(e));
     }
   }
 #endif
 #ifdef BCD_HAVE_GLOO
-  if (backend == Backend::kGloo) {
+  if (impl_->kind == Backend::kGloo) {
     try {
       auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
       // Loopback for one machine; otherwise the address this host's name resolves to, or the
@@ -198,18 +453,16 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       else
         opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world_size, opts);
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, opts);
     } catch (const std::exception& e) {
-      user_error("rank {}: cannot form the Gloo group of {} ranks: {}", env.rank, env.world_size, e.what());
+      user_error("rank {}: cannot form the Gloo group of {} ranks: {}", env.rank, env.world_size, one_line(e));
     }
   }
 #endif
-  return std::unique_ptr<ProcessGroup>(new ProcessGroup(env.rank, env.world_size, std::move(impl)));
-#else
-  user_error("WORLD_SIZE={}: this build has no process group (configure with Gloo's headers, libgloo-dev)",
-             env.world_size);
 #endif
 }
+
+// ---- Collectives ----
 
 const std::string& ProcessGroup::backend() const { return impl_->backend; }
 const torch::Device& ProcessGroup::device() const { return impl_->device; }
@@ -251,7 +504,7 @@ std::string ProcessGroup::absent_ranks() const {
 void ProcessGroup::fail(const std::string& op, const std::exception& e) const {
   const std::string absent = world_size_ > 1 ? absent_ranks() : "";
   user_error("rank {} of {}: {} failed (a rank stopped or the [dist] timeout passed){}: {}", rank_, world_size_, op,
-             absent.empty() ? "" : "; " + absent, e.what());
+             absent.empty() ? "" : "; " + absent, one_line(e));
 }
 
 uint64_t ProcessGroup::start_all_reduce_sum(const torch::Tensor& t) { return start_sum(t, kEveryRank); }
@@ -267,6 +520,7 @@ uint64_t ProcessGroup::start_sum(const torch::Tensor& t, int root) {
             "{}: expected a contiguous fp32/fp64 tensor", op);
   if (world_size_ == 1) return ++started_, finished_ = started_;
 #ifdef BCD_HAVE_C10D
+  BCD_CHECK(impl_->pg, "{}: the ranks have not agreed on the run yet (ProcessGroup::agree)", op);
   std::vector<at::Tensor> one{t};
   try {
     if (root == kEveryRank) {
@@ -324,6 +578,7 @@ void ProcessGroup::all_gather(const torch::Tensor& in, const torch::Tensor& out)
     return;
   }
 #ifdef BCD_HAVE_C10D
+  BCD_CHECK(impl_->pg, "all-gather: the ranks have not agreed on the run yet (ProcessGroup::agree)");
   wait_for(started_);  // collectives complete in the order they were started
   std::vector<std::vector<at::Tensor>> outs{rank_views(in, out, world_size_)};
   std::vector<at::Tensor> ins{in};
@@ -348,6 +603,7 @@ std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {
 void ProcessGroup::barrier() {
   if (world_size_ == 1) return;
 #ifdef BCD_HAVE_C10D
+  BCD_CHECK(impl_->pg, "barrier: the ranks have not agreed on the run yet (ProcessGroup::agree)");
   try {
     c10d::BarrierOptions opts;
     if (impl_->device.is_cuda()) opts.device_ids = {impl_->device.index()};

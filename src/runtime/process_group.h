@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/config.h"
@@ -36,14 +37,30 @@ struct DistEnv {
 // The first host of a Slurm node list: "gpu[03-05,09],cpu1" -> "gpu03".
 std::string first_slurm_host(const std::string& nodelist);
 
+// What one rank says must be the same on every rank: ("key", value) pairs, e.g.
+// ("train.lr", "0.002"), in a fixed order (runtime/run_identity.h builds and compares them).
+using RankFacts = std::vector<std::pair<std::string, std::string>>;
+
 class ProcessGroup {
  public:
-  // Rendezvous through a TCP store on MASTER_ADDR:MASTER_PORT (rank 0 serves it), then the
-  // backend's group (dist.backend; auto: NCCL when `device` is a GPU, Gloo otherwise); UserError
-  // naming the address and the timeout when the other ranks do not come, or naming the backend
-  // this build lacks. A world of one rank makes no connection.
+  // Rendezvous through a TCP store on MASTER_ADDR:MASTER_PORT (rank 0 serves it); UserError in
+  // one line saying what happened: rank 0 cannot listen there (the port is in use), the other
+  // ranks did not come within dist.timeout_s, or this build lacks the backend. c10d's own log
+  // lines (every retry, with a backtrace) are silenced unless TORCH_CPP_LOG_LEVEL is set. A world
+  // of one rank makes no connection. No collective runs before agree().
   static std::unique_ptr<ProcessGroup> connect(const DistEnv& env, const DistConfig& cfg, const torch::Device& device);
+  // A rank that leaves before agree() finished (its setup failed) says so in the store, so the
+  // others stop at once instead of waiting out dist.timeout_s.
   ~ProcessGroup();
+
+  // Ranks agree or nobody starts: every rank publishes `facts` through the store (before any
+  // collective: ranks of different shapes would abort inside the backend) and rank 0 compares
+  // them, a hash first and the texts where hashes differ. Any difference is a UserError on every
+  // rank naming the keys, values and ranks (run_identity.h's rank_differences); so is a rank
+  // that left before publishing, or did not publish within dist.timeout_s. Then the backend's
+  // group is formed (dist.backend; auto: NCCL when the device is a GPU, Gloo otherwise). Call
+  // once, on every rank.
+  void agree(const RankFacts& facts);
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
@@ -82,6 +99,11 @@ class ProcessGroup {
   uint64_t start_sum(const torch::Tensor& t, int root);
   [[noreturn]] void fail(const std::string& op, const std::exception& e) const;
   std::string absent_ranks() const;  // after a failed collective: the ranks that did not fail it too
+  // agree()'s two sides: rank 0 gathers and judges (returns the verdict, "" when all agree); the
+  // others wait for it.
+  std::string judge_facts();
+  std::string await_verdict();
+  void form_group();
 
   int rank_ = 0, world_size_ = 1;
   double bytes_sent_ = 0;

@@ -21,6 +21,7 @@
 #include "model/hf_import.h"
 #include "runtime/cuda_torch.h"
 #include "runtime/flops.h"
+#include "runtime/run_identity.h"
 #include "runtime/train_state.h"
 
 namespace bcd {
@@ -126,6 +127,17 @@ MemoryPlan plan_run(Config& cfg, const std::vector<DataSource>& sources, const t
   return plan;
 }
 
+// Ranks agree or nobody starts: before the first collective (the streamed weights' barrier),
+// every rank's description of the run (run_identity.h: the resolved config, data, tokenizer,
+// checkpoint, binary) is compared; ranks of another model shape would abort inside the backend,
+// ranks of another learning rate would train on silently. Returns `plan`.
+MemoryPlan agreed_by_every_rank(ProcessGroup& pg, MemoryPlan plan, const Config& cfg,
+                                const std::vector<DataSource>& sources, const std::string& resume,
+                                const torch::Device& device) {
+  if (pg.world_size() > 1) pg.agree(describe_run(cfg, sources, resume, plan, device));
+  return plan;
+}
+
 torch::TensorOptions working_options(const TrainConfig& tc, const torch::Device& device) {
   return torch::TensorOptions(tc.dtype == Dtype::kBf16 ? torch::kBFloat16 : torch::kFloat32).device(device);
 }
@@ -228,7 +240,8 @@ RunSetup::RunSetup(Config config, std::string resume)
       tok(dataset_tokenizer(ds)),
       train_loader(sources, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
-      plan(plan_run(cfg, sources, device, dist_env.local_world_size, pg->world_size(), acct)),
+      plan(agreed_by_every_rank(*pg, plan_run(cfg, sources, device, dist_env.local_world_size, pg->world_size(), acct),
+                                cfg, sources, resume, device)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
       nvme_faults(nvme_engines(*pg)),
       streamed(make_streamed(plan, cfg, device, acct, *pg, dist_env, nvme_faults)),
@@ -243,6 +256,9 @@ RunSetup::RunSetup(Config config, std::string resume)
   // files (HF or .h5), else they are drawn from the seed.
   if (resume_from.empty() && !cfg.model.init_from.empty()) load_initial_weights(model, cfg.model.init_from);
   else if (resume_from.empty()) model.init_weights(static_cast<uint64_t>(cfg.train.seed));
+  // Every rank of the machine wrote the shared streamed weights (init zeroes a block before it
+  // draws it): none reads them, as activating the first unit does, before all have finished.
+  if (streamed && resume_from.empty()) streamed->ready();
   make_optimizer();
   if (cfg.train.peak_tflops > 0) peak_tflops = cfg.train.peak_tflops;
   else if (device.is_cuda()) peak_tflops = gpu_peak_tflops(cuda_device_name(cuda_index(device)), cfg.train.dtype);
@@ -258,7 +274,6 @@ RunSetup::RunSetup(Config config, std::string resume)
   } else if (block_opt) {
     block_opt->activate(sched.current());
   }
-  if (streamed) streamed->ready();  // every rank of the machine has written the shared weights
   prefetch();
 }
 

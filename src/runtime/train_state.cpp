@@ -167,6 +167,7 @@ int64_t read_train_state(RunSetup& run, const std::string& path) {
     access.commit();
     reading.add();
   }
+  if (run.streamed) run.streamed->ready();  // the shared streamed weights are all written before any rank reads them
   SchedulerState ss;
   ss.epoch = static_cast<uint64_t>(ck.attr_int("/scheduler", "epoch"));
   ss.position = static_cast<uint64_t>(ck.attr_int("/scheduler", "position"));
