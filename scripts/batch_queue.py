@@ -2,17 +2,21 @@
 """Queue lines of scripts/batch.sh and scripts/sweep.sh: parsing, run directory names, the grid of
 a sweep, and the summary of a batch. The shell scripts own the processes; this file owns the text.
 
-Usage: batch_queue.py plan RUNS_DIR PLAN_JSON (--queue FILE | --configs CONFIG...)
-           check every line, name its run directory, write PLAN_JSON and print one shell-quoted
-           line per run: INDEX SKIP RUN_DIR LINE WHERE CONFIG ARG... (SKIP: 1 already finished;
-           LINE: the line as batch.sh records it in RUN_DIR/batch-line)
-       batch_queue.py summary PLAN_JSON RESULTS_TSV RUNS_DIR [SIGNAL]
-           read each run's summary.json, print the table, write RUNS_DIR/batch-summary.md and
-           .jsonl; exit status 0 all finished or skipped, 1 any other, 128+SIGNAL when given
+Usage: batch_queue.py plan RUNS_DIR (--queue FILE | --configs CONFIG...)
+           check every line (its config exists, its words fit an exec), name its run directory
+           and print one shell-quoted entry per run, each ended by a NUL:
+           INDEX RUN_DIR LINE WHERE CONFIG ARG... (LINE: the line as batch.sh records it in
+           RUN_DIR/batch-line; ARG: the overrides and --train.run_dir). Writes nothing.
+       batch_queue.py summary PLAN RESULTS_TSV RUNS_DIR [SIGNAL]
+           PLAN: what plan printed; RESULTS_TSV: a line per trainer call batch.sh made (INDEX RC
+           WALL_S LOG_OFFSET SUMMARY_SHA1 CAUSE). Reads each run's summary.json, prints the table,
+           writes RUNS_DIR/batch-summary.md and .jsonl; exit status 0 all finished or skipped, 1
+           any other, 128+SIGNAL when given
        batch_queue.py expand CONFIG KEY=V1,V2... [KEY=...]
            the queue lines of a grid, first key slowest
 
-Exit status 2 with one line on stderr for a bad queue file or bad sweep arguments.
+Exit status 2 with one line on stderr for a bad queue file, bad sweep arguments, or a file that
+cannot be read or written.
 """
 import hashlib
 import json
@@ -24,6 +28,8 @@ import sys
 
 # Keys batch.sh passes itself; a queue line may not.
 RESERVED = {"--config", "--resume", "--overwrite"}
+# Trainer flags that make a call that trains nothing (batch.sh would read its exit 0 as a skip).
+NOT_A_RUN = {"--dry-run", "--help"}
 # A name part that decodes unambiguously once the parts are joined by "__": no "__" inside, no
 # "_" at either end, only characters safe in a file name on any system.
 PLAIN_PART = re.compile(r"[A-Za-z0-9.+=-]+(_[A-Za-z0-9.+=-]+)*")
@@ -31,6 +37,11 @@ MAX_NAME = 100  # longer names are cut to HASH_CUT characters plus "-" and the h
 HASH_CUT = 80
 LINE_FILE = "batch-line"  # in each run directory: the line that claimed it (config + overrides)
 KEY = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
+# Linux's limits on what an exec passes (fs/exec.c): one string at most 32 pages with its NUL;
+# all of them, with their pointers and the environment's, at most ARG_MAX (a quarter of the stack
+# limit). EXEC_SLACK stands for batch.sh's own words (setpriv, the binary's path, --resume auto).
+MAX_ARG_STRLEN = 32 * os.sysconf("SC_PAGE_SIZE")
+EXEC_SLACK = 8192
 
 
 class UsageError(Exception):
@@ -50,6 +61,8 @@ def parse_args(words, where):
         name = w.split("=", 1)[0]
         if name in RESERVED:
             raise UsageError(f"{where}: {name} is batch.sh's own (it passes --config and --resume auto)")
+        if name in NOT_A_RUN:
+            raise UsageError(f"{where}: {name} trains nothing; a queue line is a run")
         if "=" not in w and "." in name and i + 1 < len(words) and not words[i + 1].startswith("--"):
             w = f"{w}={words[i + 1]}"
             i += 1
@@ -65,6 +78,8 @@ def read_queue(path):
             text = f.read()
     except OSError as e:
         raise UsageError(f"queue file '{path}': {e.strerror}")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"queue file '{path}': not UTF-8 text (byte {e.start})")
     runs = []
     for n, line in enumerate(text.splitlines(), 1):
         where = f"{path}:{n}"
@@ -77,6 +92,40 @@ def read_queue(path):
     if not runs:
         raise UsageError(f"queue file '{path}' holds no runs")
     return runs
+
+
+def config_problem(config):
+    """Why `config` cannot be a run's config file, or None."""
+    if os.path.isdir(config):
+        return "is a directory"
+    if not os.path.exists(config):
+        return "not found"
+    if not os.access(config, os.R_OK):
+        return "cannot be read"
+    return None
+
+
+def check_configs(runs):
+    """Every line's config exists, checked before anything runs."""
+    for where, config, _ in runs:
+        problem = config_problem(config)
+        if problem:
+            raise UsageError(f"{where}: config '{config}' {problem}" if where != config
+                             else f"config '{config}' {problem}")
+
+
+def check_exec_size(where, words):
+    """The trainer's command line fits an exec (else it fails with E2BIG: exit 126, no output)."""
+    sizes = [len(os.fsencode(w)) + 1 for w in words]
+    for w, n in zip(words, sizes):
+        if n > MAX_ARG_STRLEN:
+            raise UsageError(f"{where}: '{w[:40]}...' is {n - 1} bytes; one argument of a program holds "
+                             f"at most {MAX_ARG_STRLEN - 1} (Linux)")
+    env = sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 + 8 for k, v in os.environ.items())
+    total = sum(sizes) + 8 * len(words) + env + EXEC_SLACK
+    if total > os.sysconf("SC_ARG_MAX"):
+        raise UsageError(f"{where}: the line's {len(words)} words and the environment come to {total} bytes; "
+                         f"a program's arguments hold at most {os.sysconf('SC_ARG_MAX')} here (ARG_MAX)")
 
 
 def line_text(config, overrides):
@@ -127,18 +176,23 @@ def read_summary(run_dir):
         return None
 
 
-def is_finished(summary):
-    return (summary is not None and summary.get("status") == "finished"
-            and isinstance(summary.get("steps"), int) and summary.get("steps") == summary.get("total_steps"))
+def summary_sha1(run_dir):
+    """sha1 of RUN_DIR/summary.json as `sha1sum` prints it, or "-" when there is none."""
+    try:
+        with open(os.path.join(run_dir, "summary.json"), "rb") as f:
+            return hashlib.sha1(f.read()).hexdigest()
+    except OSError:
+        return "-"
 
 
 def cmd_plan(argv):
-    runs_dir, plan_path, mode, *rest = argv
+    runs_dir, mode, *rest = argv
     if mode == "--queue":
         runs = read_queue(rest[0])
     else:
         runs = [(c, c, []) for c in rest]
-    plan, taken = [], {}
+    check_configs(runs)
+    out, taken = [], {}
     for i, (where, config, overrides) in enumerate(runs):
         text = line_text(config, overrides)
         run_dir = explicit_run_dir(overrides)
@@ -157,39 +211,53 @@ def cmd_plan(argv):
         if key in taken:
             raise UsageError(f"{where}: run directory {run_dir} is also that of {taken[key][1]}")
         taken[key] = (text, where)
-        skip = is_finished(read_summary(run_dir))
-        plan.append({"index": i, "where": where, "config": config, "overrides": overrides,
-                     "line": text, "run_dir": run_dir, "skip": skip})
-        print(shlex.join([str(i), "1" if skip else "0", run_dir, text, where, config] + args))
-    with open(plan_path, "w", encoding="utf-8") as f:
-        json.dump(plan, f)
+        check_exec_size(where, ["train", "--config", config] + args)
+        out.append(shlex.join([str(i), run_dir, text, where, config] + args) + "\0")
+    # Whether a run is finished is the trainer's to say (--resume auto does nothing then): the plan
+    # names directories only.
+    sys.stdout.write("".join(out))
+
+
+def read_plan(path):
+    """The entries plan printed: [{index, run_dir, line, where, config, overrides}]."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    plan = []
+    for entry in filter(None, text.split("\0")):
+        index, run_dir, line, where, config, *_ = shlex.split(entry)
+        plan.append({"index": int(index), "run_dir": run_dir, "where": where, "config": config,
+                     "overrides": shlex.split(line)[1:]})
+    return plan
 
 
 # ---- Summary ----
 
 def read_results(path):
-    """{index: (rc, wall_s, log_offset, interrupted)} from the lines batch.sh appended."""
+    """{index: (rc, wall_s, log_offset, summary_sha1_before, cause)} from the lines batch.sh wrote;
+    rc None when the trainer was not started (cause says why)."""
     results = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                fields = line.rstrip("\n").split("\t")
-                if len(fields) == 4:
-                    results[int(fields[0])] = (int(fields[1]), float(fields[2]), int(fields[3]))
-    except OSError:
-        pass
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) == 6:
+                rc = None if fields[1] == "-" else int(fields[1])
+                results[int(fields[0])] = (rc, float(fields[2]), int(fields[3]), fields[4], fields[5])
     return results
 
 
-def last_error_line(run_dir, offset):
-    """The last `bcdtrain: error:` line the trainer wrote to train.log in this invocation."""
+def call_output(run_dir, offset):
+    """What the trainer wrote to train.log in this call (from OFFSET), as lines."""
     try:
         with open(os.path.join(run_dir, "train.log"), "rb") as f:
             f.seek(offset)
-            text = f.read().decode("utf-8", "replace")
+            return f.read().decode("utf-8", "replace").splitlines()
     except OSError:
-        return None
-    errors = [ln.strip() for ln in text.splitlines() if ln.startswith("bcdtrain: error:")]
+        return []
+
+
+def last_error_line(lines):
+    """The last `bcdtrain: error:` line (from where it starts: a progress line may precede it)."""
+    errors = [ln[ln.index("bcdtrain: error:"):].strip() for ln in lines if "bcdtrain: error:" in ln]
     return errors[-1] if errors else None
 
 
@@ -201,7 +269,17 @@ def outcome(entry, result, signal):
            "final_loss": None, "final_val_loss": None, "tokens_per_s": None,
            "peak_compute_bytes": None, "peak_host_bytes": None, "stall_ms": None, "wall_s": None,
            "error": None}
-    summary = read_summary(run_dir) if entry["skip"] or result else None
+    if result is None:
+        rec["status"] = "not_run"
+        return rec
+    rc, wall_s, offset, sha1_before, cause = result
+    rec["exit_code"] = rc
+    # A summary.json this call did not write is another call's (or another config's: the trainer
+    # refuses those, leaving it be): its figures count only where the trainer exited 0 without
+    # writing one, i.e. found this config's run finished already.
+    written = rc is not None and summary_sha1(run_dir) != sha1_before
+    skipped = rc == 0 and not written
+    summary = read_summary(run_dir) if written or skipped else None
     if summary:
         peak = summary.get("peak_bytes") or {}
         rec.update(steps=summary.get("steps"), total_steps=summary.get("total_steps"),
@@ -209,14 +287,9 @@ def outcome(entry, result, signal):
                    tokens_per_s=summary.get("tokens_per_s"), peak_compute_bytes=peak.get("compute"),
                    peak_host_bytes=peak.get("host"), stall_ms=summary.get("stall_ms_total"),
                    wall_s=summary.get("wall_s"))
-    if entry["skip"]:
+    if skipped:
         rec["status"] = "skipped"
         return rec
-    if result is None:
-        rec["status"] = "not_run"
-        return rec
-    rc, wall_s, offset = result
-    rec["exit_code"] = rc
     if rec["wall_s"] is None:
         rec["wall_s"] = round(wall_s, 3)
     ours = signal is not None and rc in (128 + signal, 130, 143)
@@ -227,13 +300,25 @@ def outcome(entry, result, signal):
         rec["status"] = "stopped"
     else:
         rec["status"] = "failed"
-        err = summary.get("error") if summary else None
-        err = err or last_error_line(run_dir, offset)
-        if not err:
-            how = f"killed by signal {rc - 128}" if rc > 128 else f"exit {rc}"
-            err = f"{how}, no summary.json (see {os.path.join(run_dir, 'train.log')})"
-        rec["error"] = err
+        rec["error"] = failure_text(run_dir, rc, offset, cause, summary)
     return rec
+
+
+def failure_text(run_dir, rc, offset, cause, summary):
+    """Why a run failed: batch.sh's cause when it could not start the trainer, else summary.json's
+    error, else the trainer's last error line of this call, else how it ended."""
+    if rc is None:
+        return f"could not start: {cause}"
+    lines = call_output(run_dir, offset)
+    err = (summary.get("error") if summary else None) or last_error_line(lines)
+    if err:
+        return err
+    if rc in (126, 127):  # the exec failed: the shell's (or setpriv's) own line says why
+        said = [ln.strip() for ln in lines if ln.strip()]
+        if said:
+            return f"could not start: {said[-1]}"
+    how = f"killed by signal {rc - 128}" if rc > 128 else f"exit {rc}"
+    return f"{how}, no summary.json (see {os.path.join(run_dir, 'train.log')})"
 
 
 def human_bytes(n):
@@ -277,23 +362,22 @@ def markdown(rows):
 def cmd_summary(argv):
     plan_path, results_path, runs_dir, *sig = argv
     signal = int(sig[0]) if sig and sig[0] else None
-    with open(plan_path, encoding="utf-8") as f:
-        plan = json.load(f)
+    plan = read_plan(plan_path)
     results = read_results(results_path)
     rows = [outcome(e, results.get(e["index"]), signal) for e in plan]
-    os.makedirs(runs_dir, exist_ok=True)
     table = markdown(rows)
     counts = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     tally = ", ".join(f"{n} {STATUS_TEXT.get(s, s)}" for s, n in counts.items())
-    with open(os.path.join(runs_dir, "batch-summary.md"), "w", encoding="utf-8") as f:
+    print(table, end="")  # first: the table is shown even where the files cannot be written
+    md, jsonl = (os.path.join(runs_dir, f"batch-summary.{ext}") for ext in ("md", "jsonl"))
+    with open(md, "w", encoding="utf-8") as f:
         f.write(f"# Batch summary\n\n{tally}\n\n{table}")
-    with open(os.path.join(runs_dir, "batch-summary.jsonl"), "w", encoding="utf-8") as f:
+    with open(jsonl, "w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
-    print(table, end="")
-    print(f"batch: {tally}; {os.path.join(runs_dir, 'batch-summary.md')}", file=sys.stderr)
+    print(f"batch: {tally}; {md}", file=sys.stderr)
     if signal is not None:
         return 128 + signal
     return 0 if all(r["status"] in ("finished", "skipped") for r in rows) else 1
@@ -334,6 +418,7 @@ def cmd_expand(argv):
         raise UsageError(f"'{config}': the first argument is the config file")
     if len(argv) < 2:
         raise UsageError("needs at least one KEY=V1,V2 after the config")
+    check_configs([(config, config, [])])
     for arg in argv[1:]:
         key, sep, values = arg.partition("=")
         if not sep or not KEY.fullmatch(key):
@@ -355,12 +440,15 @@ def main(argv):
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
+    prog = "sweep" if argv[0] == "expand" else "batch"
     try:
         return commands[argv[0]](argv[1:]) or 0
     except UsageError as e:
-        prog = "sweep" if argv[0] == "expand" else "batch"
         print(f"{prog}: {e}", file=sys.stderr)
-        return 2
+    except OSError as e:  # a runs directory or summary that cannot be written, a vanished file
+        what = f"'{e.filename}': " if e.filename else ""
+        print(f"{prog}: {what}{e.strerror or e}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

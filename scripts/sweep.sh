@@ -34,6 +34,7 @@ parse_flags "--out=out --run:run" "${@:1:n}"
 grid=("${args[@]}")
 ((${#grid[@]})) || usage_error "no CONFIG and KEY=V1,V2 given"
 command -v python3 > /dev/null || die "python3 not found (scripts/setup.sh installs it)"
+# (It also checks that CONFIG exists: a queue of a config that is not there would fail every line.)
 lines=$(python3 "$repo/scripts/batch_queue.py" expand "${grid[@]}") || exit 2
 
 if ((run)) && [[ -z $out ]]; then
@@ -49,7 +50,8 @@ if ((run)) && [[ -z $out ]]; then
   out=$runs_dir/sweep-$stem-$(printf '%s\n' "$lines" | sha1sum | head -c 8).queue
 fi
 if [[ -n $out ]]; then
-  { mkdir -p "$(dirname "$out")" && printf '%s\n' "$lines" > "$out"; } || die "cannot write '$out'"
+  err=$({ mkdir -p -- "$(dirname -- "$out")" && printf '%s\n' "$lines" > "$out"; } 2>&1) ||
+    die "cannot write '$out': ${err##*: }"
   say "$(wc -l <<< "$lines") runs written to $out"
 else
   printf '%s\n' "$lines"
