@@ -431,15 +431,23 @@ struct ResumeLister {
 };
 }  // namespace
 
-std::vector<std::pair<std::string, Resume>> resume_classes() {
-  ResumeLister lister;
-  Config cfg;
+namespace {
+// Every key of `cfg` in order through `lister` (its `section` set before each section's keys):
+// what it collected in `out`.
+template <class Lister>
+auto list_each_key(Config& cfg, Lister lister) {
   auto each = [&](const char* name, auto& section) {
     lister.section = name;
     section.visit(lister);
   };
   cfg.visit_sections(each);
-  return lister.out;
+  return std::move(lister.out);
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Resume>> resume_classes() {
+  Config cfg;
+  return list_each_key(cfg, ResumeLister{});
 }
 
 std::string config_to_toml(Config& cfg) {
@@ -456,15 +464,7 @@ std::string config_to_toml(Config& cfg) {
   return os.str();
 }
 
-std::vector<std::pair<std::string, std::string>> config_values(Config& cfg) {
-  ValueLister lister;
-  auto each = [&](const char* name, auto& section) {
-    lister.section = name;
-    section.visit(lister);
-  };
-  cfg.visit_sections(each);
-  return lister.out;
-}
+std::vector<std::pair<std::string, std::string>> config_values(Config& cfg) { return list_each_key(cfg, ValueLister{}); }
 
 std::string config_reference() {
   Config cfg;
