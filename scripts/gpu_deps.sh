@@ -31,6 +31,8 @@ BUILD_PACKAGES=(
   libxxhash-dev libxxhash0
   libgtest-dev libgmock-dev                  # static libraries: nothing at run time
   libsentencepiece-dev libsentencepiece0 libprotobuf-lite32
+  libpcre2-dev libpcre2-8-0                  # tokenizer.json's regexes (only the 8-bit library is linked)
+  libutf8proc-dev libutf8proc2               # tokenizer.json's Unicode normalization
   libgloo-dev                                # headers only: the CPU process group's types
   pkgconf pkgconf-bin libpkgconf3            # pkg-config itself (CMake's pkg_check_modules)
   fortunes fortunes-min                      # the text the check prepares and trains on

@@ -29,6 +29,7 @@ PACKAGES=(
   ninja-build                       # the generator of scripts/gpu_check.sh and its bare-machine test
   liburing-dev libtbb-dev libhdf5-dev libfmt-dev
   libsentencepiece-dev              # tokenizer (loaded at run time, see src/data/tokenizer.cpp)
+  libpcre2-dev libutf8proc-dev      # tokenizer.json: regexes (PCRE2), Unicode normalization (utf8proc)
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev           # libFuzzer build of the safetensors parser (scripts/fuzz.sh)

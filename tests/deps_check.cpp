@@ -11,10 +11,15 @@
 #include <tbb/task_arena.h>
 #include <xxhash.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
 #include <H5Cpp.h>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -93,6 +98,28 @@ TEST(Deps, UringAndXxhash) {
   EXPECT_EQ(XXH3_64bits("bcd", 3), XXH3_64bits("bcd", 3));
   EXPECT_NE(XXH3_64bits("bcd", 3), XXH3_64bits("bce", 3));
   say_loaded("xxhash", reinterpret_cast<const void*>(&XXH3_64bits));
+}
+
+TEST(Deps, Pcre2AndUtf8proc) {
+  // src/data/hf_*.cpp: Unicode properties and the JIT of PCRE2, NFC of utf8proc.
+  int err = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>("\\p{L}+"), PCRE2_ZERO_TERMINATED,
+                                 PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
+  ASSERT_NE(re, nullptr) << err;
+  std::printf("pcre2 JIT: %d\n", pcre2_jit_compile(re, PCRE2_JIT_COMPLETE));
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
+  const char* text = "12 \xC3\xA9t\xC3\xA9";  // "12 été"
+  EXPECT_EQ(pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(text), std::strlen(text), 0, 0, md, nullptr), 1);
+  EXPECT_EQ(pcre2_get_ovector_pointer(md)[0], 3u);
+  pcre2_match_data_free(md);
+  pcre2_code_free(re);
+  say_loaded("pcre2", reinterpret_cast<const void*>(&pcre2_compile_8));
+  utf8proc_uint8_t* nfc = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>("e\xCC\x81"));
+  ASSERT_NE(nfc, nullptr);
+  EXPECT_STREQ(reinterpret_cast<const char*>(nfc), "\xC3\xA9");
+  std::free(nfc);
+  say_loaded("utf8proc", reinterpret_cast<const void*>(&utf8proc_NFC));
 }
 
 TEST(Deps, SentencepieceLoadsAsTheTokenizerLoadsIt) {

@@ -38,7 +38,8 @@ case $case in
     cache=$scratch/build/CMakeCache.txt
     for var in TBB_DIR fmt_DIR tomlplusplus_DIR CLI11_DIR nlohmann_json_DIR GTest_DIR HDF5_C_INCLUDE_DIR \
       HDF5_CXX_INCLUDE_DIR SENTENCEPIECE_TRAIN_LIB BCD_GLOO_INCLUDE_DIR BCD_FMT_INCLUDE_DIR \
-      pkgcfg_lib_URING_uring pkgcfg_lib_XXHASH_xxhash PKG_CONFIG_EXECUTABLE; do
+      pkgcfg_lib_URING_uring pkgcfg_lib_XXHASH_xxhash pkgcfg_lib_PCRE2_pcre2-8 pkgcfg_lib_UTF8PROC_utf8proc \
+      PKG_CONFIG_EXECUTABLE; do
       value=$(sed -n "s/^$var:[A-Z]*=//p" "$cache" 2> /dev/null)
       [[ $value == "$scratch/prefix/"* ]] || fail "configure: $var is '$value', not in the unpacked prefix"
     done
@@ -46,10 +47,10 @@ case $case in
     expect_rc build 0
     run deps_check "$scratch/build/tests/bcd_deps_check"
     expect_rc deps_check 0
-    expect_text deps_check out "[  PASSED  ] 6 tests."
+    expect_text deps_check out "[  PASSED  ] 7 tests."
     # Every library it reports was loaded from the prefix, and the fortunes are the prefix's.
     loaded=$(grep -c '^loaded ' "$scratch/deps_check.out")
-    ((loaded == 8)) || fail "deps_check: $loaded libraries reported, expected 8"
+    ((loaded == 10)) || fail "deps_check: $loaded libraries reported, expected 10"
     while read -r _ what _ path; do
       [[ $path == "$scratch/prefix/"* ]] || fail "deps_check: $what loaded from '$path', not the prefix"
     done < <(grep '^loaded ' "$scratch/deps_check.out")
