@@ -17,13 +17,14 @@ usage: scripts/bench.sh NAME [FLAGS...]
         finetune      LIMA instruction fine-tuning from a pretrained base: BCD keep / reset vs AdamW
         io            fio vs bcdtrain iobench (io_uring and thread engines)
         prepare       bcdtrain prepare tokens/s (every core) vs spm_encode, and peak RSS
+        tokenize      the same, prepare with Llama 3's tokenizer.json vs spm_encode with the demo model
         data-memory   peak RSS of prepare and train on a 100 MiB vs a 2 GiB corpus
         staging       BCD step time with master + moments on NVMe vs in host memory
         streaming     BCD step time with frozen layers' weights streamed from host memory vs resident
         comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)
         dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency
         memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)
-  FLAGS go to the benchmark: io, prepare, data-memory and streaming are scripts/bench_*.sh, whose
+  FLAGS go to the benchmark: io, prepare (and tokenize), data-memory and streaming are scripts/bench_*.sh, whose
   flags (scripts/bench.sh NAME --help) are checked before the build; the others are programs in
   tests/bench (their settings: BENCH_* variables, see each program's opening comment).
 Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing), BCD_JOBS
@@ -40,13 +41,16 @@ shift
 
 # One line per benchmark: its CMake target and the program's path inside the build directory, or
 # the script that runs it.
-script=""
+script="" preset=()
 case "$name" in
   adamw-kernel) target=bench_adamw; program=tests/bench_adamw ;;
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
   finetune) target=bench_finetune; program=tests/bench_finetune ;;
   io | prepare | data-memory | streaming) target=bcdtrain; script=scripts/bench_${name//-/_}.sh ;;
+  tokenize)
+    target=bcdtrain script=scripts/bench_prepare.sh
+    preset=(--tokenizer "${BCD_BENCH_TOKENIZER:-../shared/data/tokenizers/llama3/tokenizer.json}") ;;
   staging) target=bench_staging; program=tests/bench_staging ;;
   memory) target=bench_memory; program=tests/bench_memory ;;
   comm | dp) target=bench_dp; program="tests/bench_dp $name" ;;
@@ -55,6 +59,7 @@ esac
 if [[ -n $script ]]; then
   # The script's --help and flag errors come before the build.
   for a in "$@"; do [[ $a != -h && $a != --help ]] || exec "$script" --help; done
+  set -- "${preset[@]}" "$@"
   BCD_FLAGS_CHECK=1 "$script" "$@"
 fi
 

@@ -1,6 +1,7 @@
 // CLI tests: bad input of every kind exits 2 with one line naming the file/key; nothing is damaged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string_view>
 
@@ -258,7 +259,7 @@ TEST_F(Cli, GenerateHandsOutEachTokenAsItIsDrawn) {
     std::vector<int> ctx = {tok.eos_id()};
     for (int id : tok.encode("The cat")) ctx.push_back(id);
     SampleOptions stop = so;
-    stop.stop_token = tok.eos_id();
+    stop.stop_tokens = {tok.eos_id()};
     const std::vector<int> drawn = generate_tokens(model, ctx, stop, seed);
     EXPECT_EQ(pieces.size(), drawn.size() + 2 - (drawn.back() == tok.eos_id() ? 1 : 0)) << "seed " << seed;
     std::string all;
@@ -277,6 +278,24 @@ TEST_F(Cli, GenerateHandsOutEachTokenAsItIsDrawn) {
     EXPECT_EQ(chat, generate_chat(model, tok, chat_template_from_name("chatml"), "What is 2 plus 3?", so, seed))
         << "a sink changes nothing";
   }
+}
+
+// Generation ends at the first of several stop ids (a model's EOS ids: Llama 3 instruct has three).
+TEST_F(Cli, GenerationStopsAtAnyOfItsStopIds) {
+  const Tokenizer tok = Tokenizer::load(dir_->file("data/tokenizer.model"));
+  const LlamaModel model(random_model_config(tok.vocab_size()), torch::kFloat32, /*seed=*/9);
+  SampleOptions so;
+  so.max_new_tokens = 12;
+  so.temperature = 1.0, so.top_k = 0, so.top_p = 1.0;
+  configure_threads(1);
+  const std::vector<int> ctx = tok.encode("The cat");
+  const std::vector<int> free_run = generate_tokens(model, ctx, so, 3);
+  ASSERT_EQ(free_run.size(), 12u);
+  const int stop = free_run[5];
+  const size_t first = static_cast<size_t>(std::find(free_run.begin(), free_run.end(), stop) - free_run.begin());
+  so.stop_tokens = {tok.vocab_size() + 5, stop};
+  const std::vector<int> stopped = generate_tokens(model, ctx, so, 3);
+  EXPECT_EQ(stopped, std::vector<int>(free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(first) + 1));
 }
 
 // The binary prints what generate_text returns, as it comes, escaped: the prompt's terminal

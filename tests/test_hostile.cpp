@@ -556,7 +556,7 @@ TEST_F(HostileFlags, RefusalsSayWhatWasExpectedAndWhatCame) {
       {{"prepare", "--input", "/no/such/corpus", "--out", "x"},
        "--input: expected a file or directory, got /no/such/corpus (not found)"},
       {{"--bogus"}, "--bogus: unknown option of bcdtrain (see bcdtrain --help)"},
-      {{}, "expected a subcommand: train, launch, config, plan, prepare, generate, eval, iobench, import, export, plot "
+      {{}, "expected a subcommand: train, launch, config, plan, prepare, tokenize, generate, eval, iobench, import, export, plot "
            "(see bcdtrain --help)"},
   };
   std::vector<std::vector<std::string>> lines;

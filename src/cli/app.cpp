@@ -65,6 +65,7 @@ int run(int argc, char** argv) {
   commands.push_back(add_config(app));
   commands.push_back(add_plan(app));
   commands.push_back(add_prepare(app));
+  commands.push_back(add_tokenize(app));
   commands.push_back(add_generate(app));
   commands.push_back(add_eval(app));
   commands.push_back(add_iobench(app));

@@ -30,6 +30,8 @@ Command add_plan(CLI::App& app);
 // data_commands.cpp: prepare; iobench (the drive under the NVMe tier).
 Command add_prepare(CLI::App& app);
 Command add_iobench(CLI::App& app);
+// tokenize_command.cpp: tokenize, a file's lines as ids (or ids as text) with any tokenizer.
+Command add_tokenize(CLI::App& app);
 // model_commands.cpp: generate and eval on a trained run or a checkpoint; import and export
 // (Hugging Face).
 Command add_generate(CLI::App& app);

@@ -26,17 +26,23 @@ Command add_prepare(CLI::App& app) {
       ->required()
       ->transform(existing_path("a file or directory"));
   prepare->add_option("--out", popt->out_dir, "output dataset directory")->required()->transform(pathname("a directory"));
-  prepare->add_option("--tokenizer", popt->tokenizer_model, "existing sentencepiece tokenizer.model (else train BPE)")
-      ->transform(existing_file("a tokenizer.model file"));
+  prepare->add_option("--tokenizer", popt->tokenizer_model,
+                      "existing tokenizer: a tokenizer.json, a sentencepiece tokenizer.model, or a Hugging Face model "
+                      "directory holding one (else train BPE)")
+      ->transform(existing_path("a tokenizer.json, tokenizer.model or Hugging Face directory"));
   prepare->add_option("--vocab-size", popt->vocab_size, "BPE vocabulary size when training a tokenizer")
       ->transform(integer<int>(64, 1 << 20));
   prepare->add_option("--val-fraction", popt->val_fraction, "fraction of documents held out for validation")
       ->transform(number(0.0, 0.5));
   prepare->add_option("--seed", popt->seed, "seed of the train/validation split")->transform(integer<uint64_t>());
   prepare->add_flag("--force", popt->force, "replace an existing output directory");
-  prepare->add_option("--chat-template", popt->chat_template, "how .jsonl records are laid out: plain, llama2, llama3, chatml")
+  prepare->add_option("--chat-template", popt->chat_template,
+                      "how .jsonl records are laid out: plain, llama2, llama3, chatml, or auto (the family of the "
+                      "--tokenizer's chat_template)")
       ->capture_default_str()
-      ->transform(choice([](const std::string& name) { chat_template_from_name(name); }, "plain, llama2, llama3 or chatml"));
+      ->transform(choice([](const std::string& name) {
+        if (name != "auto") chat_template_from_name(name);
+      }, "plain, llama2, llama3, chatml or auto"));
   prepare->add_flag("--skip-bad", popt->skip_bad, "count and skip bad .jsonl records instead of stopping at the first");
   prepare->add_option("--memory-mb", popt->memory_mb, "memory prepare may hold, whatever the corpus size (MiB)")
       ->capture_default_str()->transform(integer<int64_t>(16, int64_t{1} << 30));
@@ -49,8 +55,9 @@ Command add_prepare(CLI::App& app) {
                printable_line(o.out_dir), r.n_docs_train, r.n_tokens_train, r.n_docs_val, r.n_tokens_val, r.vocab_size,
                r.unigram_val_loss);
     if (r.instruct)
-      fmt::print("instruction data ({} template): the loss counts {} train / {} val tokens (responses){}\n",
-                 o.chat_template, r.n_targets_train, r.n_targets_val,
+      fmt::print("instruction data ({} template{}): the loss counts {} train / {} val tokens (responses){}\n",
+                 r.chat_template, o.chat_template == "auto" ? ", recognized from the tokenizer's chat_template" : "",
+                 r.n_targets_train, r.n_targets_val,
                  r.n_bad_records ? fmt::format("; {} bad record(s) skipped", r.n_bad_records) : "");
     else if (r.n_bad_records)
       fmt::print("{} bad record(s) skipped\n", r.n_bad_records);

@@ -34,7 +34,7 @@ namespace bcd::cli {
 namespace {
 
 // What eval and generate run on: a run directory's finished model (--run DIR: model.h5 and the
-// tokenizer.model beside it) or a checkpoint's weights (--checkpoint FILE: a step-N.h5, or any
+// tokenizer beside it, tokenizer.json or tokenizer.model) or a checkpoint's weights (--checkpoint FILE: a step-N.h5, or any
 // weights file, with the tokenizer of its run directory or beside it).
 struct TrainedModel {
   Config cfg;                  // the config stored with the weights
@@ -51,7 +51,7 @@ TrainedModel trained_model(const char* command, const std::string& run_dir, cons
     if (!fs::is_directory(run_dir, ec))
       user_error("{}: --run {}: {}", command, run_dir,
                  fs::exists(run_dir, ec) ? "not a directory (--checkpoint takes a weights file)" : "no such directory");
-    m.weights = run_dir + "/model.h5", m.tokenizer = run_dir + "/tokenizer.model";
+    m.weights = run_dir + "/model.h5";
     if (!fs::exists(m.weights, ec)) {
       const std::vector<std::string> saved = list_checkpoints(run_dir + "/checkpoints");
       if (saved.empty())
@@ -61,6 +61,10 @@ TrainedModel trained_model(const char* command, const std::string& run_dir, cons
       user_error("{}: --run {}: no model.h5 (the run has not finished); its latest checkpoint: --checkpoint {}",
                  command, run_dir, saved.back());
     }
+    m.tokenizer = find_tokenizer(run_dir);
+    if (m.tokenizer.empty())
+      user_error("{}: --run {}: no tokenizer.json or tokenizer.model in it (a run directory keeps its dataset's)", command,
+                 run_dir);
   } else {
     if (fs::is_directory(checkpoint, ec))
       user_error("{}: --checkpoint {}: a directory; give a weights file (RUN_DIR/checkpoints/step-N.h5, "
@@ -73,7 +77,8 @@ TrainedModel trained_model(const char* command, const std::string& run_dir, cons
                  checkpoint, of);
     m.tokenizer = init_from_tokenizer(checkpoint);
     if (m.tokenizer.empty())
-      user_error("{}: --checkpoint {}: no tokenizer.model beside it or in its run directory", command, checkpoint);
+      user_error("{}: --checkpoint {}: no tokenizer (tokenizer.json or tokenizer.model) beside it or in its run directory",
+                 command, checkpoint);
   }
   apply_config_text(m.cfg, read_weights_config(m.weights), m.weights);
   return m;
@@ -98,7 +103,7 @@ Command add_generate(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* generate = app.add_subcommand("generate", "sample text from a trained run or a checkpoint");
-  generate->add_option("--run", f->run_dir, "run directory (holds model.h5 and tokenizer.model)")
+  generate->add_option("--run", f->run_dir, "run directory (holds model.h5 and its tokenizer)")
       ->transform(pathname("a run directory"));
   generate->add_option("--checkpoint", f->from_checkpoint, "a checkpoint (RUN_DIR/checkpoints/step-N.h5) instead of --run")
       ->transform(pathname("a checkpoint file"));
@@ -182,7 +187,7 @@ Command add_eval(CLI::App& app) {
     TokenDataset ds = TokenDataset::open(f->data_dir.empty() ? cfg.data.first() : f->data_dir);
     // A loss on tokens of another tokenizer means nothing: the dataset must use the run's.
     const std::string& run_tok = m.tokenizer;
-    if (read_file(ds.tokenizer_path(), "tokenizer") != read_file(run_tok, "tokenizer"))
+    if (!tokenizer_matches(ds.tokenizer_path(), std::filesystem::path(run_tok).parent_path().string()))
       user_error("eval: {} was tokenized with {}, not with the run's {}: its loss would mean nothing "
                  "(prepare it with --tokenizer {})",
                  ds.dir(), ds.tokenizer_path(), run_tok, run_tok);
@@ -234,10 +239,16 @@ Command add_import(CLI::App& app) {
     const HfImportSummary s = import_hf_to_file(f->hf_dir, f->out);
     fmt::print("imported {} ({}, {} parameters, {}, {} safetensors file{}) into {}\n", printable_line(f->hf_dir), s.model_type,
                s.n_params, s.info.dtype, s.info.files.size(), s.info.files.size() == 1 ? "" : "s", printable_line(f->out));
-    if (s.tokenizer.empty())
-      fmt::print("no tokenizer.model in {}: give `prepare` a sentencepiece tokenizer that matches the model\n", printable_line(f->hf_dir));
-    else
-      fmt::print("copied tokenizer.model to {}\n", printable_line(s.tokenizer));
+    if (s.tokenizer_files.empty()) {
+      fmt::print("no tokenizer.json or tokenizer.model in {}: give `prepare` the tokenizer that matches the model\n",
+                 printable_line(f->hf_dir));
+    } else {
+      std::string names;
+      for (const std::string& file : s.tokenizer_files)
+        names += (names.empty() ? "" : ", ") + std::filesystem::path(file).filename().string();
+      fmt::print("copied {} to {}\n", printable_line(names),
+                 printable_line(std::filesystem::path(s.tokenizer).parent_path().string()));
+    }
     return 0;
   };
   return {import_cmd, run, false};

@@ -313,9 +313,25 @@ ChatTemplate chat_template_from_name(const std::string& name) {
 
 const char* chat_template_name(ChatTemplate t) { return name_of(t); }
 
-// The special markers (<|eot_id|>, <|im_start|>, [INST], ...) are plain text here: our
-// sentencepiece tokenizers have no user-defined symbols, so each marker is several ordinary
-// tokens, learned like any other text. Only BOS and EOS are single special ids.
+// The markers each family's Jinja template writes; Llama 3's first, as its template may mention
+// the others' in a comment less often than they mention none.
+ChatTemplate recognize_chat_template(const std::string& source, const std::string& file) {
+  if (source.empty())
+    user_error("{}: holds no chat_template; expected one to recognize (or give the template: plain, llama2, llama3, "
+               "chatml)",
+               file);
+  if (source.find("<|start_header_id|>") != std::string::npos) return ChatTemplate::kLlama3;
+  if (source.find("<|im_start|>") != std::string::npos) return ChatTemplate::kChatML;
+  if (source.find("[INST]") != std::string::npos) return ChatTemplate::kLlama2;
+  user_error("{}: its chat_template is none of the families bcdtrain lays out (Llama 3's <|start_header_id|>, "
+             "ChatML's <|im_start|>, Llama 2/Mistral's [INST]); give one of plain, llama2, llama3, chatml",
+             file);
+}
+
+// The special markers (<|eot_id|>, <|im_start|>, [INST], ...) are text here. A tokenizer.json
+// that holds one as an added token encodes it to its single id wherever it occurs (Llama 3's
+// <|eot_id|>, Qwen's <|im_end|>); our sentencepiece tokenizers have no user-defined symbols, so
+// there a marker is several ordinary tokens, learned like any other text.
 std::vector<ChatPiece> render_chat(const ChatRecord& r, ChatTemplate t) {
   const Turns turns = split_turns(r);
   PieceList p;
@@ -342,33 +358,13 @@ std::string render_chat_text(const ChatRecord& r, ChatTemplate t) {
 
 // ---- Tokens ----
 
-namespace {
-
-// sentencepiece prepends "▁" (its dummy prefix) to every string it encodes, so encode(a) +
-// encode(b) != encode(a + b). As torchtune's SentencePieceBaseTokenizer does
-// (trim_leading_whitespace), we encode "\n" + text and drop the tokens of "\n": no merge
-// crosses the newline (our tokenizers train on single lines, and Llama's byte-encode "\n"),
-// so what remains is `text` as it continues the text before it. Checked, not assumed.
-std::vector<int> encode_continuation(const Tokenizer& tok, const std::string& text) {
-  static constexpr const char* kAnchor = "\n";
-  const std::vector<int> anchor = tok.encode(kAnchor);
-  std::vector<int> ids = tok.encode(kAnchor + text);
-  if (ids.size() < anchor.size() || !std::equal(anchor.begin(), anchor.end(), ids.begin())) {
-    user_error("tokenizer {} merges a newline with the text after it; chat templates need "
-               "\"\\n\" to tokenize on its own (expected a sentencepiece model like Llama's)",
-               tok.path());
-  }
-  ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(anchor.size()));
-  return ids;
-}
-
-}  // namespace
-
 MaskedTokens tokenize_chat(const std::vector<ChatPiece>& pieces, const Tokenizer& tok) {
   MaskedTokens out;
+  int last_target = -1;  // the last id trained on so far
   auto append = [&](const std::vector<int>& ids, bool target) {
     out.ids.insert(out.ids.end(), ids.begin(), ids.end());
     out.target.insert(out.target.end(), ids.size(), target ? 1 : 0);
+    if (target && !ids.empty()) last_target = ids.back();
   };
   bool at_start = true;  // the next text piece starts a document (record start or after BOS)
   for (const ChatPiece& p : pieces) {
@@ -378,6 +374,9 @@ MaskedTokens tokenize_chat(const std::vector<ChatPiece>& pieces, const Tokenizer
         at_start = true;
         break;
       case ChatPiece::kEos:
+        // A turn marker that is itself an end of sequence (Qwen's <|im_end|>, a Llama 3 instruct
+        // tokenizer's <|eot_id|>) already ended the record, as in the model's own template.
+        if (last_target >= 0 && tok.is_eos(last_target)) break;
         if (tok.eos_id() < 0) {
           user_error("tokenizer {} has no end-of-sequence piece (expected eos_id >= 0; chat "
                      "records end each response with it)",
@@ -386,7 +385,7 @@ MaskedTokens tokenize_chat(const std::vector<ChatPiece>& pieces, const Tokenizer
         append({tok.eos_id()}, p.target);
         break;
       case ChatPiece::kText:
-        append(at_start ? tok.encode(p.text) : encode_continuation(tok, p.text), p.target);
+        append(at_start ? tok.encode(p.text) : tok.encode_continuation(p.text), p.target);
         at_start = false;
         break;
     }

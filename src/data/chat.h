@@ -53,6 +53,10 @@ std::vector<ChatRecord> read_chat_jsonl(const std::string& path, bool skip_bad, 
 // "plain", "llama2", "llama3", "chatml"; anything else is a UserError listing these.
 ChatTemplate chat_template_from_name(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
+// The family of a Hugging Face chat_template (Jinja `source`, read from `file`): Llama 3 (its
+// <|start_header_id|> headers), ChatML (<|im_start|>: Qwen and others), Llama 2 / Mistral
+// ([INST]). UserError naming the file and the choices when it is empty or none of them.
+ChatTemplate recognize_chat_template(const std::string& source, const std::string& file);
 
 // One stretch of a rendered record. kBos/kEos carry no text: they become the tokenizer's ids.
 // target: the model is trained to produce this piece (assistant content and end-of-turn marker).
@@ -88,12 +92,14 @@ struct MaskedTokens {
 };
 
 // Tokenizes `pieces` piece by piece, so no token straddles a prompt/response boundary; each
-// token takes its piece's target flag. A kBos piece is skipped when tok.bos_id() < 0; a kEos
-// piece needs tok.eos_id() >= 0 (UserError naming the tokenizer otherwise). A text piece that
-// starts the record or follows a kBos piece is encoded as a document is (sentencepiece's dummy
-// prefix "▁" included, as in `prepare` and Meta's Llama 2 per-turn encoding); any other text
-// piece is encoded as the continuation of the text before it, without that prefix, so the ids
-// decode to the rendered text.
+// token takes its piece's target flag. A kBos piece is skipped when tok.bos_id() < 0. A kEos
+// piece is skipped when the last target token is already one of the tokenizer's EOS ids (a
+// ChatML <|im_end|> that ends Qwen's sequences), else needs tok.eos_id() >= 0 (UserError naming
+// the tokenizer otherwise). A text piece that starts the record or follows a kBos piece is
+// encoded as a document is (sentencepiece's dummy prefix "▁" included, as in `prepare` and
+// Meta's Llama 2 per-turn encoding); any other text piece is encoded as the continuation of
+// the text before it (Tokenizer::encode_continuation), so the ids decode to the rendered text.
+// Markers a tokenizer.json holds as added tokens become their single ids.
 MaskedTokens tokenize_chat(const std::vector<ChatPiece>& pieces, const Tokenizer& tok);
 
 }  // namespace bcd

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <system_error>
 
@@ -42,7 +43,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using h5::kFormatVersion;
-using h5::kTokenizerFile;
 using h5::kTokensFile;
 using h5::quiet_hdf5;
 using h5::rethrow_hdf5;
@@ -357,7 +357,21 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   }
   if (opt.memory_mb < 16) user_error("prepare: memory_mb is {}, expected at least 16 (MiB)", opt.memory_mb);
   if (opt.threads < 0) user_error("prepare: threads is {}, expected 0 (every core) or more", opt.threads);
-  const ChatTemplate chat = chat_template_from_name(opt.chat_template);
+  // A given tokenizer is read (and checked) before anything else: `auto` takes its chat template.
+  const std::optional<Tokenizer> given =
+      opt.tokenizer_model.empty() ? std::nullopt : std::make_optional(Tokenizer::load(opt.tokenizer_model));
+  ChatTemplate chat = ChatTemplate::kPlain;
+  if (opt.chat_template == "auto") {
+    if (!given)
+      user_error("prepare: --chat-template auto reads the template of the tokenizer's tokenizer_config.json: give "
+                 "--tokenizer (a Hugging Face model directory), or name the template (plain, llama2, llama3, chatml)");
+    const std::string& file = given->chat_template_file();
+    chat = recognize_chat_template(given->chat_template_source(),
+                                   file.empty() ? (fs::path(given->path()).parent_path() / "tokenizer_config.json").string()
+                                                : file);
+  } else {
+    chat = chat_template_from_name(opt.chat_template);
+  }
   // An interrupted prepare left its temporary directory: say so (it may be large), but leave it to
   // the user, since a prepare on another machine sharing this file system may still be writing it.
   {
@@ -387,6 +401,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   const size_t live = static_cast<size_t>(std::clamp(2 * threads, 2, 8));
 
   PrepareReport report;
+  report.chat_template = chat_template_name(chat);
   const std::vector<Input> inputs = list_inputs(opt.inputs);
   uint64_t total_bytes = 0;
   for (const Input& in : inputs) {
@@ -417,9 +432,10 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
 
   fs::create_directories(out.parent_path().empty() ? fs::path(".") : out.parent_path(), ec);
   StagingDir staging(out);
-  const fs::path model_path = staging.path() / kTokenizerFile;
+  fs::path model_path = staging.path() / kSpmTokenizerFile;
 
-  // Tokenizer: trained on the train split only, so validation stays unseen.
+  // Tokenizer: trained on the train split only, so validation stays unseen. A given one is copied
+  // with the config files beside it (special ids, chat template).
   if (train_tokenizer) {
     std::vector<std::string> sentences = sample.take([&](double key) { return !rule.is_val(key); });
     report.tokenizer_sentences = static_cast<int64_t>(sentences.size());
@@ -427,21 +443,18 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
                                   sentences.size()));
     Tokenizer::train_bpe_sentences(sentences, opt.vocab_size, model_path.string());
   } else {
-    Tokenizer::load(opt.tokenizer_model);  // validates before we copy it
-    fs::copy_file(opt.tokenizer_model, model_path, ec);
-    if (ec) {
-      user_error("cannot copy tokenizer {} to {}: {}", opt.tokenizer_model, model_path.string(),
-                 ec.message());
-    }
+    model_path = copy_tokenizer_files(given->path(), staging.path().string()).front();
   }
-  const Tokenizer tok = Tokenizer::load(model_path.string());
+  const std::optional<Tokenizer> trained =
+      train_tokenizer ? std::make_optional(Tokenizer::load(model_path.string())) : std::nullopt;
+  const Tokenizer& tok = trained ? *trained : *given;
   const int vocab = tok.vocab_size();
   const int eos_id = tok.eos_id();
   if (eos_id < 0) {
     user_error(
         "tokenizer {} has no end-of-sequence piece (expected eos_id >= 0; documents "
         "are separated by EOS)",
-        opt.tokenizer_model.empty() ? model_path.string() : opt.tokenizer_model);
+        opt.tokenizer_model.empty() ? model_path.string() : given->path());
   }
   const bool wide = vocab > 65536;
   const bool masked = report.instruct;
@@ -553,8 +566,8 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
       write_attr(file, "vocab_size", int64_t{vocab});
       write_attr(file, "bos_id", int64_t{tok.bos_id()});
       write_attr(file, "eos_id", int64_t{eos_id});
-      write_attr(file, "tokenizer", std::string(kTokenizerFile));
-      write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path.string(), "tokenizer model")));
+      write_attr(file, "tokenizer", model_path.filename().string());
+      write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path.string(), "tokenizer")));
       write_attr(file, "val_fraction", opt.val_fraction);
       write_attr(file, "seed", opt.seed);
       write_attr(file, "sources", sources);

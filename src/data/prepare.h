@@ -13,13 +13,17 @@ namespace bcd {
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files or directories (directories: their plain files)
   std::string out_dir;
-  std::string tokenizer_model;      // existing sentencepiece model; empty = train BPE
+  // An existing tokenizer: a tokenizer.json, a sentencepiece tokenizer.model, or a directory
+  // holding one (a Hugging Face model directory); empty = train BPE. The dataset keeps a copy,
+  // with the Hugging Face config files beside it (special ids, chat template).
+  std::string tokenizer_model;
   int vocab_size = 2048;            // for a trained BPE model
   double val_fraction = 0.05;       // fraction of documents held out for validation
   uint64_t seed = 1234;             // decides which documents go to validation
   bool force = false;               // replace an existing out_dir
   // Instruction data (.jsonl inputs, io/chat.h): the chat template records are laid out in, and
   // whether a bad record is counted and skipped rather than refused.
+  // "auto": the family of the given tokenizer's chat_template (chat.h recognize_chat_template).
   std::string chat_template = "plain";
   bool skip_bad = false;
   // What prepare may hold in memory, in MiB, whatever the corpus size: documents being read and
@@ -43,6 +47,7 @@ struct PrepareReport {
   int64_t tokenizer_sentences = 0;  // sentences the tokenizer was trained on (0: given one)
   double tokenize_seconds = 0;      // the tokenizing pass, reading to writing
   bool instruct = false;            // .jsonl inputs: the dataset holds loss masks
+  std::string chat_template;        // the template instruction records were laid out in
   std::vector<std::string> sources; // files actually read
 };
 

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "data/hf_tokenizer.h"
 
 namespace bcd {
 
@@ -175,23 +176,49 @@ class SentenceFeed : public sentencepiece::SentenceIterator {
 
 // ---- Loading ----
 
-Tokenizer::Tokenizer() : sp_(new_processor()) {}
+Tokenizer::Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::load(const std::string& model_path) {
+namespace {
+
+// A tokenizer.json is JSON whatever its name; a sentencepiece model is a protobuf, whose first
+// byte is never '{' (field 1, a repeated message, is tagged 0x0a).
+bool is_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char c = 0;
+  while (in.get(c))
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return c == '{';
+  return false;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::load(const std::string& path) {
   std::error_code ec;
-  if (!fs::is_regular_file(model_path, ec)) {
-    user_error("tokenizer model {} not found (expected a sentencepiece .model file)", model_path);
+  const std::string file = find_tokenizer(path);
+  if (file.empty()) {
+    if (fs::is_directory(path, ec)) user_error("{}: holds no tokenizer.json or tokenizer.model", path);
+    user_error("tokenizer {} not found (expected a tokenizer.json, a sentencepiece tokenizer.model or a directory "
+               "holding one)",
+               path);
   }
   Tokenizer t;
-  t.path_ = model_path;
-  SpmStatus status([&] { return t.sp_->Load(model_path); });
-  if (!status.ok()) {
-    user_error("tokenizer model {} is not a valid sentencepiece model: {}", model_path,
-               status.message());
+  t.path_ = file;
+  if (is_json_file(file)) {
+    t.hf_ = std::make_unique<HfTokenizer>(HfTokenizer::load(file));
+  } else {
+    t.sp_ = new_processor();
+    SpmStatus status([&] { return t.sp_->Load(file); });
+    if (!status.ok())
+      user_error("tokenizer {} is neither a tokenizer.json nor a valid sentencepiece model: {}", file, status.message());
   }
+  t.read_special_ids();
+  std::vector<int> joined = t.encode("a");
+  const std::vector<int> rest = t.encode(" b");
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  t.prefix_free_ = joined == t.encode("a b");
   return t;
 }
 
@@ -322,27 +349,74 @@ void Tokenizer::train_bpe_sentences(const std::vector<std::string>& sentences, i
 // ---- Encoding ----
 
 std::vector<int> Tokenizer::encode(const std::string& text) const {
+  if (hf_) return hf_->encode(text, /*add_special=*/false);
   std::vector<int> ids;
   SpmStatus status([&] { return sp_->Encode(text, &ids); });
   BCD_CHECK(status.ok(), "sentencepiece encode with {}: {}", path_, status.message());
   return ids;
 }
 
-std::string Tokenizer::decode(const std::vector<int>& ids) const {
+std::vector<int> Tokenizer::encode_special(const std::string& text) const {
+  if (hf_) return hf_->encode(text, /*add_special=*/true);
+  std::vector<int> ids = encode(text);
+  if (bos_ >= 0) ids.insert(ids.begin(), bos_);
+  return ids;
+}
+
+// SentencePiece-style tokenizers prepend "▁" (a dummy prefix) to every string they encode, so
+// encode(a) + encode(b) != encode(a + b). As torchtune's SentencePieceBaseTokenizer does
+// (trim_leading_whitespace), we encode "\n" + text and drop the tokens of "\n": no merge
+// crosses the newline (Llama's and ours byte-encode it), so what remains is `text` as it
+// continues the text before it. Checked, not assumed. Byte-level BPE (Llama 3, Qwen) adds no
+// prefix: the text is encoded as it is.
+std::vector<int> Tokenizer::encode_continuation(const std::string& text) const {
+  if (prefix_free_) return encode(text);
+  static constexpr const char* kAnchor = "\n";
+  const std::vector<int> anchor = encode(kAnchor);
+  std::vector<int> ids = encode(kAnchor + text);
+  if (ids.size() < anchor.size() || !std::equal(anchor.begin(), anchor.end(), ids.begin())) {
+    user_error("tokenizer {} merges a newline with the text after it; chat templates need "
+               "\"\\n\" to tokenize on its own (expected a sentencepiece model like Llama's)",
+               path_);
+  }
+  ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(anchor.size()));
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids, bool skip_special) const {
   const int n = vocab_size();
   for (int id : ids) {
     if (id < 0 || id >= n) {
       user_error("token id {} is outside the vocabulary [0, {}) of tokenizer {}", id, n, path_);
     }
   }
-  std::string text;
+  if (hf_) return hf_->decode(ids, skip_special);
+  std::string text;  // sentencepiece leaves its control pieces (BOS, EOS) out either way
   SpmStatus status([&] { return sp_->Decode(ids, &text); });
   BCD_CHECK(status.ok(), "sentencepiece decode with {}: {}", path_, status.message());
   return text;
 }
 
-int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int Tokenizer::bos_id() const { return sp_->bos_id(); }
-int Tokenizer::eos_id() const { return sp_->eos_id(); }
+int Tokenizer::vocab_size() const { return hf_ ? hf_->vocab_size() : sp_->GetPieceSize(); }
+int Tokenizer::bos_id() const { return bos_; }
+int Tokenizer::eos_id() const { return eos_; }
+int Tokenizer::pad_id() const { return pad_; }
+const std::vector<int>& Tokenizer::eos_ids() const { return eos_ids_; }
+bool Tokenizer::is_eos(int id) const { return std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end(); }
+
+int Tokenizer::special_id(const std::string& piece) const {
+  if (!hf_) return -1;
+  for (const HfTokenizer::AddedToken& t : hf_->added_tokens())
+    if (t.content == piece) return t.id;
+  return -1;
+}
+
+int Tokenizer::model_bos() const { return sp_->bos_id(); }
+int Tokenizer::model_eos() const { return sp_->eos_id(); }
+int Tokenizer::model_pad() const { return sp_->pad_id(); }
+int Tokenizer::sp_piece_id(const std::string& piece) const {
+  const int id = sp_->PieceToId(piece);
+  return id == sp_->unk_id() && sp_->IdToPiece(id) != piece ? -1 : id;
+}
 
 }  // namespace bcd

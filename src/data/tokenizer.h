@@ -46,10 +46,40 @@ class SentenceSample {
   std::priority_queue<Entry> kept_;  // highest priority on top: the next to drop
 };
 
+// The files of a tokenizer in a directory. A Hugging Face tokenizer is tokenizer.json (or, for
+// SentencePiece models, tokenizer.model) plus the files that say its special ids and chat
+// template; they travel together (prepare, the run directory, import, export).
+inline constexpr const char* kHfTokenizerFile = "tokenizer.json";
+inline constexpr const char* kSpmTokenizerFile = "tokenizer.model";
+// tokenizer_config.json, special_tokens_map.json, generation_config.json.
+const std::vector<std::string>& tokenizer_config_files();
+// `path` itself when it is a file; in a directory its tokenizer.json, else its tokenizer.model;
+// "" when there is none.
+std::string find_tokenizer(const std::string& path);
+// Every tokenizer file of `dir` (tokenizer.json, tokenizer.model), each an equally valid form.
+std::vector<std::string> tokenizer_forms_in(const std::string& dir);
+// Copies the tokenizer file `main` and the config files beside it into `dir` (each written to a
+// temporary name and renamed; a file onto itself is left alone), and also the directory's other
+// tokenizer form when `both_forms`. Returns the paths written, `dir`/basename(main) first.
+// UserError naming the file on a failure.
+std::vector<std::string> copy_tokenizer_files(const std::string& main, const std::string& dir, bool both_forms = false);
+
+// Whether the file `file` holds the bytes of one of `dir`'s tokenizer forms (the same tokenizer,
+// whichever form a dataset was prepared with).
+bool tokenizer_matches(const std::string& file, const std::string& dir);
+
+class HfTokenizer;
+
+// A tokenizer: a SentencePiece model (tokenizer.model) or a Hugging Face tokenizer.json, with
+// special ids from the files beside it (tokenizer_config.json, special_tokens_map.json,
+// generation_config.json), never assumed.
 class Tokenizer {
  public:
-  // Loads a sentencepiece model file; UserError naming the path when it is missing or invalid.
-  static Tokenizer load(const std::string& model_path);
+  // `path`: a tokenizer.json, a tokenizer.model (any name: a file that parses as JSON is a
+  // tokenizer.json) or a directory holding one (find_tokenizer). UserError naming the path when
+  // it is missing or invalid, or when a config file beside it is malformed or names a special
+  // token the vocabulary lacks.
+  static Tokenizer load(const std::string& path);
   // Trains a BPE model of `vocab_size` pieces on `docs` and writes it to `model_path`
   // (byte fallback on, so every UTF-8 input round-trips; deterministic for the same input).
   static void train_bpe(const std::vector<std::string>& docs, int vocab_size,
@@ -62,17 +92,47 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
+  // The text's ids, without special tokens (a JSON tokenizer still matches its added tokens,
+  // <|eot_id|> and the like, to their single ids wherever they occur in the text).
   std::vector<int> encode(const std::string& text) const;
-  std::string decode(const std::vector<int>& ids) const;
+  // With special tokens: a JSON tokenizer's post-processor (BOS ...); a SentencePiece model's BOS.
+  std::vector<int> encode_special(const std::string& text) const;
+  // `text` as it continues other text: without the leading "▁" SentencePiece-style tokenizers
+  // put before a document, so that encode(a) + encode_continuation(b) decodes to a + b.
+  // UserError when the tokenizer merges a newline into the text after it (see chat.h).
+  std::vector<int> encode_continuation(const std::string& text) const;
+  // UserError naming the tokenizer on an id outside [0, vocab_size()).
+  std::string decode(const std::vector<int>& ids, bool skip_special = false) const;
   int vocab_size() const;
   int bos_id() const;  // -1 when the model has none
-  int eos_id() const;  // -1 when the model has none
+  int eos_id() const;  // the end of a document; -1 when the model has none
+  // Every id that ends a generation: eos_id() and generation_config.json's eos_token_id(s).
+  const std::vector<int>& eos_ids() const;
+  bool is_eos(int id) const;
+  int pad_id() const;  // -1 when the model has none
+  // The id of `piece` when the tokenizer holds it as one special (added) token, else -1.
+  int special_id(const std::string& piece) const;
+  bool is_json() const { return hf_ != nullptr; }
+  // tokenizer_config.json's chat_template beside the tokenizer ("" when none), and that file.
+  const std::string& chat_template_source() const { return chat_template_; }
+  const std::string& chat_template_file() const { return chat_template_file_; }
   const std::string& path() const { return path_; }
 
  private:
   Tokenizer();
+  void read_special_ids();
+  // A SentencePiece model's own ids (-1: none), and the id of a piece it holds (-1: none).
+  int model_bos() const;
+  int model_eos() const;
+  int model_pad() const;
+  int sp_piece_id(const std::string& piece) const;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<HfTokenizer> hf_;
   std::string path_;
+  int bos_ = -1, eos_ = -1, pad_ = -1;
+  std::vector<int> eos_ids_;
+  bool prefix_free_ = false;  // encode(a) + encode(b) == encode(a + b) at a space: no dummy prefix
+  std::string chat_template_, chat_template_file_;
 };
 
 }  // namespace bcd

@@ -19,6 +19,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "data/tokenizer.h"
 
 namespace bcd {
 
@@ -32,7 +33,8 @@ constexpr const char* kProducer = "bcdtrain";  // safetensors metadata "producer
 // Names an export writes (and their temporary names while writing).
 bool is_export_name(const std::string& name) {
   static const std::regex re(
-      R"(^(config\.json|tokenizer\.model|model\.safetensors|model\.safetensors\.index\.json|)"
+      R"(^(config\.json|tokenizer\.model|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|)"
+      R"(generation_config\.json|chat_template\.jinja|model\.safetensors|model\.safetensors\.index\.json|)"
       R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)(\.tmp(-[0-9]+)?)?$)");
   return std::regex_match(name, re);
 }
@@ -214,7 +216,7 @@ HfExportReport write_hf_files(const LlamaModel& model, const std::string& out_di
   // ---- A previous export's other files would shadow or contradict this one ----
   for (const auto& e : fs::directory_iterator(out_dir)) {
     const std::string name = e.path().filename().string();
-    if (name == "tokenizer.model" || written.count(name) || !is_export_name(name)) continue;
+    if (written.count(name) || !is_export_name(name)) continue;
     std::error_code ec;
     fs::remove(e.path(), ec);
   }
@@ -263,14 +265,16 @@ HfExportReport export_hf(const HfExportOptions& opt) {
   }
 
   HfExportReport r = export_hf_model(model, opt.out_dir, dtype, opt.shard_bytes, base);
+  // The tokenizer beside the weights (a run's model.h5, an imported file), or in the run
+  // directory of a checkpoints/step-N.h5.
   const fs::path ckpt(opt.checkpoint);
-  const fs::path tok = (ckpt.has_parent_path() ? ckpt.parent_path() : fs::path(".")) / "tokenizer.model";
-  if (fs::is_regular_file(tok)) {
-    const fs::path dst = fs::path(opt.out_dir) / "tokenizer.model";
-    std::error_code ec;
-    if (!fs::equivalent(tok, dst, ec)) write_text_atomic(dst.string(), read_file(tok.string(), "tokenizer"));
-    r.tokenizer = dst.string();
-    r.files.push_back(dst.string());
+  const fs::path dir = ckpt.has_parent_path() ? ckpt.parent_path() : fs::path(".");
+  std::string tok = find_tokenizer(dir.string());
+  if (tok.empty() && dir.filename() == "checkpoints") tok = find_tokenizer(dir.parent_path().string());
+  if (!tok.empty()) {
+    const std::vector<std::string> copied = copy_tokenizer_files(tok, opt.out_dir, /*both_forms=*/true);
+    r.tokenizer = copied.front();
+    r.files.insert(r.files.end(), copied.begin(), copied.end());
   }
   return r;
 }

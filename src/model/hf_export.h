@@ -23,13 +23,14 @@ struct HfExportReport {
   std::string model_type;                  // llama, mistral or qwen2
   std::vector<std::string> files;          // every file written, config.json first
   uint64_t tensor_bytes = 0;               // sum of the tensors' bytes (the index's total_size)
-  std::string tokenizer;                   // where tokenizer.model was copied; "" when none
+  std::string tokenizer;                   // where the tokenizer was copied; "" when none
 };
 
 // `bcdtrain export`: loads the checkpoint (config from its stored TOML), then export_hf_model.
 // config.json starts from the imported one when the file has it (attribute hf_config_json, or
 // the run's [model] hf_config file), so its other fields survive a round trip. Copies the
-// tokenizer.model that sits beside the checkpoint.
+// tokenizer beside the checkpoint (or in its run directory): tokenizer.json and tokenizer.model,
+// whichever are there, with the Hugging Face config files that came with them.
 HfExportReport export_hf(const HfExportOptions& opt);
 
 // Writes `model` into out_dir. Each file goes to a temporary name, is fsynced and renamed;

@@ -19,6 +19,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "data/tokenizer.h"
 #include "base/progress.h"
 
 namespace bcd {
@@ -273,21 +274,9 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
                {{"hf_config_json", config_text}, {"hf_dtype", s.info.dtype}, {"hf_source", fs::absolute(dir).string()}});
   writing.finish();
 
-  const fs::path tok = fs::path(dir) / "tokenizer.model";
-  if (fs::exists(tok)) {
-    const fs::path dst = out_dir / "tokenizer.model";
-    std::error_code ec;
-    if (!fs::equivalent(tok, dst, ec)) {
-      const fs::path tmp = dst.string() + ".tmp";
-      try {
-        fs::copy_file(tok, tmp, fs::copy_options::overwrite_existing);
-        fs::rename(tmp, dst);
-      } catch (const fs::filesystem_error& e) {
-        fs::remove(tmp, ec);
-        user_error("{}: cannot copy {} ({})", dst.string(), tok.string(), e.code().message());
-      }
-    }
-    s.tokenizer = dst.string();
+  if (const std::string tok = find_tokenizer(dir); !tok.empty()) {
+    s.tokenizer_files = copy_tokenizer_files(tok, out_dir.string(), /*both_forms=*/true);
+    s.tokenizer = s.tokenizer_files.front();
   }
   return s;
 }

@@ -35,13 +35,15 @@ struct HfImportSummary {
   HfImportInfo info;
   std::string model_type;
   int64_t n_params = 0;
-  std::string tokenizer;  // where tokenizer.model was copied; "" when DIR has none
+  std::string tokenizer;                     // where the tokenizer was copied; "" when DIR has none
+  std::vector<std::string> tokenizer_files;  // every tokenizer file copied, `tokenizer` first
 };
 
 // `bcdtrain import`: reads DIR/config.json and the weights, writes a weights file at `out`
 // (parent directories created) whose attributes keep what an export needs to reproduce the
-// model: hf_config_json (config.json text), hf_dtype, hf_source. Copies DIR/tokenizer.model
-// next to `out` when present.
+// model: hf_config_json (config.json text), hf_dtype, hf_source. Copies DIR's tokenizer next to
+// `out`: tokenizer.json and tokenizer.model, whichever it has, with tokenizer_config.json,
+// special_tokens_map.json, generation_config.json and chat_template.jinja (data/tokenizer.h).
 HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out);
 
 }  // namespace bcd

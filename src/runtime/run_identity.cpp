@@ -163,7 +163,7 @@ RankFacts describe_run(const Config& cfg, const std::vector<DataSource>& sources
                                    ds.masked() ? ", loss masks" : "", ds.unigram_val_loss()));
   }
   // A mixture's datasets share one tokenizer (checked when they are opened): the first's.
-  const std::string tok = read_file(sources.front().ds.tokenizer_path(), "tokenizer model");
+  const std::string tok = read_file(sources.front().ds.tokenizer_path(), "tokenizer");
   facts.emplace_back("run.tokenizer", fmt::format("{} bytes, fnv1a {}", tok.size(), fnv1a_hex(tok)));
   facts.emplace_back("run.resume",
                      resume_from.empty() ? "none (a fresh run)"

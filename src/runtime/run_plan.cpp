@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <optional>
 
 #include "base/error.h"
 #include "base/files.h"
+#include "data/tokenizer.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
 #include "runtime/cuda_torch.h"
@@ -29,7 +31,7 @@ RunPlan resolve_plan(const Config& cfg, const PlanSite& site, const TokenDataset
                  mc.vocab_size, data->vocab_size(), cfg.data.first());
     // Initial weights learned on another tokenizer's ids would be trained on words they never saw.
     const std::string init_tok = init_from_tokenizer(cfg.model.init_from);
-    if (!init_tok.empty() && read_file(init_tok, "tokenizer") != read_file(data->tokenizer_path(), "tokenizer"))
+    if (!init_tok.empty() && !tokenizer_matches(data->tokenizer_path(), std::filesystem::path(init_tok).parent_path().string()))
       user_error("config: [model] init_from {} comes with the tokenizer {}, but the dataset {} was tokenized with "
                  "another one ({}): prepare the data with --tokenizer {}",
                  cfg.model.init_from, init_tok, cfg.data.first(), data->tokenizer_path(), init_tok);

@@ -61,7 +61,7 @@ std::vector<DataSource> open_sources(const DataConfig& data) {
   std::string first_tokenizer;
   for (size_t i = 0; i < data.paths.size(); ++i) {
     DataSource s{open_dataset(data.paths[i], "paths"), data.weights.empty() ? 1.0 : data.weights[i] / total};
-    const std::string tok = read_file(s.ds.tokenizer_path(), "tokenizer model");
+    const std::string tok = read_file(s.ds.tokenizer_path(), "tokenizer");
     if (i == 0) {
       first_tokenizer = tok;
     } else if (tok != first_tokenizer || s.ds.vocab_size() != out[0].ds.vocab_size()) {
@@ -217,15 +217,16 @@ std::string init_from_tokenizer(const std::string& init_from) {
   std::vector<fs::path> candidates;
   const std::string hf = hf_init_dir(init_from);
   if (!hf.empty()) {
-    candidates.push_back(fs::path(hf) / "tokenizer.model");
+    candidates.push_back(fs::path(hf));
   } else {
-    const fs::path dir = fs::path(init_from).parent_path();
-    candidates.push_back(dir / "tokenizer.model");
-    if (dir.filename() == "checkpoints") candidates.push_back(dir.parent_path() / "tokenizer.model");
+    const fs::path dir = fs::path(init_from).has_parent_path() ? fs::path(init_from).parent_path() : fs::path(".");
+    candidates.push_back(dir);
+    if (dir.filename() == "checkpoints") candidates.push_back(dir.parent_path());
   }
   std::error_code ec;
   for (const fs::path& c : candidates)
-    if (fs::is_regular_file(c, ec)) return c.string();
+    if (fs::is_directory(c, ec))
+      if (std::string tok = find_tokenizer(c.string()); !tok.empty()) return tok;
   return "";
 }
 

@@ -53,7 +53,7 @@ std::vector<int> generate_tokens(const LlamaModel& model, const std::vector<int>
     out.push_back(static_cast<int>(tok));
     ctx.push_back(tok);
     if (on_token && !on_token(static_cast<int>(tok))) break;
-    if (tok == opt.stop_token) break;
+    if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), tok) != opt.stop_tokens.end()) break;
   }
   return out;
 }
@@ -97,19 +97,19 @@ std::string generate_text(const LlamaModel& model, const Tokenizer& tok, const s
   std::vector<int> ctx;
   if (start >= 0) ctx.push_back(start);
   ctx.insert(ctx.end(), ids.begin(), ids.end());
-  opt.stop_token = tok.eos_id();
+  opt.stop_tokens = tok.eos_ids();
   // The prompt's text first, then each token's (the EOS that ends the text has none).
   TextStream stream(tok);
   TokenSink on_token;
   if (sink) {
     sink(stream.add(ids));
     on_token = [&](int id) {
-      if (id != tok.eos_id()) sink(stream.add({id}));
+      if (!tok.is_eos(id)) sink(stream.add({id}));
       return true;
     };
   }
   std::vector<int> out = generate_tokens(model, ctx, opt, seed, on_token);
-  if (!out.empty() && out.back() == tok.eos_id()) out.pop_back();
+  if (!out.empty() && tok.is_eos(out.back())) out.pop_back();
   ids.insert(ids.end(), out.begin(), out.end());
   if (sink) sink(stream.finish());
   return tok.decode(ids);
@@ -145,7 +145,7 @@ std::string generate_chat(const LlamaModel& model, const Tokenizer& tok, ChatTem
     head.push_back(p);
   }
   for (const ChatPiece& p : head) shown += p.text;
-  opt.stop_token = tok.eos_id();
+  opt.stop_tokens = tok.eos_ids();
   // A whitespace marker (Llama 2's " ") is not a place to cut; the others end the turn, and the
   // generation with them: nothing after the marker is kept.
   const bool cuts = marker.find_first_not_of(" \n") != std::string::npos;
@@ -156,7 +156,7 @@ std::string generate_chat(const LlamaModel& model, const Tokenizer& tok, ChatTem
   size_t handed = 0;
   if (sink) sink(shown);
   const TokenSink on_token = [&](int id) {
-    if (id == tok.eos_id()) return true;
+    if (tok.is_eos(id)) return true;
     so_far += stream.add({id});
     size_t upto = so_far.size();
     bool ended = false;
@@ -169,7 +169,7 @@ std::string generate_chat(const LlamaModel& model, const Tokenizer& tok, ChatTem
     return !ended;
   };
   std::vector<int> out = generate_tokens(model, tokenize_chat(head, tok).ids, opt, seed, on_token);
-  if (!out.empty() && out.back() == tok.eos_id()) out.pop_back();
+  if (!out.empty() && tok.is_eos(out.back())) out.pop_back();
   std::string answer = tok.decode(out);
   if (cuts) {
     const size_t end = answer.find(marker);

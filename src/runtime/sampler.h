@@ -22,7 +22,7 @@ struct SampleOptions {
   double temperature = 0.8;  // 0 = greedy
   int64_t top_k = 40;        // 0 = off
   double top_p = 0.95;       // 1 = off
-  int stop_token = -1;       // stop after emitting this id (EOS); -1 = never
+  std::vector<int> stop_tokens;  // stop after emitting one of these ids (the EOS ids); none = never
 };
 
 // logits (V) -> the token id drawn; a pure function of (logits, options, generator state).

@@ -77,7 +77,8 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) user_error("{}: cannot write", path);
 }
 
-// <run_dir>: config.toml, tokenizer.model, and metrics.jsonl (kept up to the resumed step).
+// <run_dir>: config.toml, the tokenizer (tokenizer.model or tokenizer.json, with the Hugging Face
+// config files that came with it), and metrics.jsonl (kept up to the resumed step).
 // Rank 0 writes the run directory; the other ranks get no log.
 std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
   if (!run.is_root()) return std::nullopt;
@@ -87,8 +88,7 @@ std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
   if (ec) user_error("config: [train] run_dir {}: cannot create ({})", dir, ec.message());
   Config cfg = run.cfg;
   write_file(dir + "/config.toml", config_to_toml(cfg));
-  fs::copy_file(run.ds.tokenizer_path(), dir + "/tokenizer.model", fs::copy_options::overwrite_existing, ec);
-  if (ec) user_error("{}: cannot copy tokenizer into {} ({})", run.ds.tokenizer_path(), dir, ec.message());
+  copy_tokenizer_files(run.ds.tokenizer_path(), dir);
   const bool resumed = !run.resume_from.empty();
   if (resumed) truncate_metrics(dir + "/metrics.jsonl", run.first_step);
   return std::make_optional<MetricsLog>(dir + "/metrics.jsonl", /*append=*/resumed);
