@@ -28,7 +28,8 @@ usage: scripts/bench.sh NAME [FLAGS...]
   flags (scripts/bench.sh NAME --help) are checked before the build; the others are programs in
   tests/bench (their settings: BENCH_* variables, see each program's opening comment).
 Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing), BCD_JOBS
-parallel build jobs.
+parallel build jobs, BCD_BENCH_TOKENIZER tokenize's tokenizer (default
+../shared/data/tokenizers/llama3/tokenizer.json).
 EOF_USAGE
 }
 (($#)) || usage_error "no benchmark NAME given"
