@@ -329,12 +329,20 @@ TEST(JsonTokenizerRun, PrepareTrainExportImportGenerateOnTheLlama3Vocabulary) {
     std::string line;
     for (int i = 0; i < 60 && std::getline(in, line); ++i) out << line << "\n";
   }
+  // The model's directory as shipped, with the two config files Meta's also holds.
+  const std::string model_dir = tmp.file("Meta-Llama-3-8B");
+  fs::create_directories(model_dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(family_dir("llama3") + "/" + f, model_dir + "/" + f);
+  write(model_dir + "/generation_config.json", R"({"bos_token_id": 128000, "eos_token_id": [128001, 128009]})");
+  write(model_dir + "/special_tokens_map.json", R"({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"})");
+  const std::vector<std::string> files = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                          "special_tokens_map.json"};
   auto r = test::run_bcdtrain("prepare --input " + tmp.file("lima.jsonl") + " --out " + tmp.file("data") +
-                              " --tokenizer " + family_dir("llama3") + " --chat-template auto --val-fraction 0.1");
+                              " --tokenizer " + model_dir + " --chat-template auto --val-fraction 0.1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_has(r.output, {"vocab 128256", "llama3 template, recognized from the tokenizer's chat_template"});
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    EXPECT_EQ(test::read_text(tmp.file(std::string("data/") + f)), test::read_text(family_dir("llama3") + "/" + f)) << f;
+  for (const std::string& f : files) EXPECT_EQ(test::read_text(tmp.file("data/" + f)), test::read_text(model_dir + "/" + f)) << f;
+  EXPECT_EQ(Tokenizer::load(tmp.file("data")).eos_ids(), (std::vector<int>{128001, 128009}));
 
   r = test::run_bcdtrain("train --quiet --config " + test::source_path("configs/tiny.toml") + " --data.path=" +
                          tmp.file("data") + " --train.run_dir=" + tmp.file("run") +
@@ -342,18 +350,19 @@ TEST(JsonTokenizerRun, PrepareTrainExportImportGenerateOnTheLlama3Vocabulary) {
                          " --train.steps=4 --train.batch_size=2 --train.seq_len=64 --train.val_every=4"
                          " --train.val_batches=1 --bcd.switch_every=1 --sample.prompts='[]'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(fs::is_regular_file(tmp.file("run/tokenizer.json")));
-  EXPECT_TRUE(fs::is_regular_file(tmp.file("run/tokenizer_config.json")));
+  for (const std::string& f : files) EXPECT_EQ(test::read_text(tmp.file("run/" + f)), test::read_text(model_dir + "/" + f)) << f;
 
   r = test::run_bcdtrain("export --checkpoint " + tmp.file("run/model.h5") + " --hf " + tmp.file("hf"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    EXPECT_EQ(test::read_text(tmp.file(std::string("hf/") + f)), test::read_text(family_dir("llama3") + "/" + f)) << f;
+  for (const std::string& f : files) EXPECT_EQ(test::read_text(tmp.file("hf/" + f)), test::read_text(model_dir + "/" + f)) << f;
   EXPECT_EQ(json::parse(test::read_text(tmp.file("hf/config.json")))["vocab_size"], 128256);
 
   r = test::run_bcdtrain("import --hf " + tmp.file("hf") + " --out " + tmp.file("imported/model.h5"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_has(r.output, {"copied tokenizer.json, tokenizer_config.json to " + tmp.file("imported")});
+  expect_has(r.output, {"copied tokenizer.json, tokenizer_config.json, special_tokens_map.json, generation_config.json to " +
+                        tmp.file("imported")});
+  for (const std::string& f : files)
+    EXPECT_EQ(test::read_text(tmp.file("imported/" + f)), test::read_text(model_dir + "/" + f)) << f;
 
   r = test::run_bcdtrain("generate --checkpoint " + tmp.file("imported/model.h5") +
                          " --chat-template llama3 --prompt 'Say hi' --max-new-tokens 3 --temperature 0");
