@@ -24,6 +24,7 @@ usage: scripts/bench.sh NAME [FLAGS...]
         comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)
         dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency
         memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)
+        head          fused chunked head + loss vs unfused (V 128256, d 512, 4096 tokens): peak memory, time
   FLAGS go to the benchmark: io, prepare (and tokenize), data-memory and streaming are scripts/bench_*.sh, whose
   flags (scripts/bench.sh NAME --help) are checked before the build; the others are programs in
   tests/bench (their settings: BENCH_* variables, see each program's opening comment).
@@ -54,6 +55,7 @@ case "$name" in
     preset=(--tokenizer "${BCD_BENCH_TOKENIZER:-../shared/data/tokenizers/llama3/tokenizer.json}") ;;
   staging) target=bench_staging; program=tests/bench_staging ;;
   memory) target=bench_memory; program=tests/bench_memory ;;
+  head) target=bench_head; program=tests/bench_head ;;
   comm | dp) target=bench_dp; program="tests/bench_dp $name" ;;
   *) usage_error "unknown benchmark '$name'" ;;
 esac

@@ -303,6 +303,8 @@ void ModelConfig::validate() const {
       user_error("config: [model] init_from: expected \"hf:DIR\" or a path ending in .h5, got \"{}\"", init_from);
   }
   if (init_std < 0) user_error("config: [model] init_std must be >= 0, got {}", init_std);
+  if (loss_chunk_tokens < 0)
+    user_error("config: [model] loss_chunk_tokens must be >= 0 (0 = auto), got {}", loss_chunk_tokens);
   // With hf_config or init_from the shape comes from a file, checked when it is read.
   if (!hf_config.empty() || !init_from.empty()) return;
   positive("model", "d_model", d_model);

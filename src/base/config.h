@@ -110,6 +110,7 @@ struct ModelConfig {
   bool tie_embeddings = false;    // LM head shares the embedding matrix
   double init_std = 0.02;         // std of the normal init; output projections scaled by 1/sqrt(2L)
   bool activation_checkpointing = false;  // recompute each layer's activations in backward
+  int64_t loss_chunk_tokens = 0;  // tokens per chunk of the fused head + loss; 0 = auto
 
   void validate() const;  // this section alone; UserError naming the key
   template <class V>
@@ -129,6 +130,18 @@ struct ModelConfig {
     v("tie_embeddings", tie_embeddings, "LM head shares the embedding matrix", Resume::kFixed);
     v("init_std", init_std, "std of the normal init; output projections scaled by 1/sqrt(2 n_layers)", Resume::kPlacement);
     v("activation_checkpointing", activation_checkpointing, "recompute each layer's activations during backward", Resume::kPlacement);
+    v("loss_chunk_tokens", loss_chunk_tokens, "tokens per chunk of the fused head matmul + cross entropy (the B*T*V logits are never held whole, one chunk's at a time); 0 = auto: as many as keep a chunk's logits, their fp32 copy and gradient within 256 MiB", Resume::kChanges);
+  }
+  // Tokens per chunk of the fused head + loss for a micro-batch of `tokens` in a working dtype of
+  // `dtype_bytes`: loss_chunk_tokens, else as many as keep one chunk's logits, their fp32 copy
+  // and gradient (vocab * (dtype_bytes + 8) bytes a token) within kLossChunkBytes, at least 16;
+  // never more than `tokens` (nor less than 1).
+  static constexpr int64_t kLossChunkBytes = int64_t{256} << 20;
+  int64_t loss_chunk(int64_t tokens, int64_t dtype_bytes) const {
+    const int64_t per_token = (vocab_size > 0 ? vocab_size : 1) * (dtype_bytes + 8);
+    const int64_t want = loss_chunk_tokens > 0 ? loss_chunk_tokens
+                                               : (kLossChunkBytes / per_token > 16 ? kLossChunkBytes / per_token : 16);
+    return want < tokens ? want : (tokens > 0 ? tokens : 1);
   }
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

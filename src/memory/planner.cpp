@@ -196,7 +196,9 @@ ShardRange shard_range(int64_t elems, int rank, int ranks) {
 //                 S, attention's own: (2w+4)*H*T when scores are materialised (matmul + softmax:
 //                 scores (w), fp32 softmax probs (4) and their cast back (w)), else 4*H (a fused
 //                 kernel keeps one fp32 log-sum-exp per row; no T x T buffer).
-//   logits      B*T*V * (w + 2*4)   working-dtype logits, fp32 log-softmax and its gradient
+//   logits      K*V * (w + 2*4)     one chunk of K tokens (ModelConfig::loss_chunk) of the fused head
+//               + B*T*C*w           + loss: working-dtype logits, their fp32 copy and gradient; and
+//                                   the final hidden states' gradient, computed in the forward pass
 //   no checkpointing:   n*A + logits
 //   checkpointing:      n * B*T*C*w (each layer's input) + A (one layer recomputed) + logits
 uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, const UnitShape& u, bool fused_attention) {
@@ -207,7 +209,8 @@ uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, c
   const double n = static_cast<double>(std::max<int64_t>(0, m.n_layers - u.first_layer));
   const double scores = fused_attention ? 4 * h : (2 * w + 4) * h * tt;
   const double layer = bt * (w * (16 * c + 4 * f) + scores);
-  const double logits = bt * static_cast<double>(m.vocab_size) * (w + 8);
+  const double chunk = static_cast<double>(m.loss_chunk(t.batch_size * t.seq_len, static_cast<int64_t>(w)));
+  const double logits = chunk * static_cast<double>(m.vocab_size) * (w + 8) + bt * c * w;
   double total;
   if (m.activation_checkpointing) total = n * bt * c * w + (n > 0 ? layer : 0.0) + logits;
   else total = n * layer + logits;

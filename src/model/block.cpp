@@ -73,6 +73,14 @@ const torch::Tensor& Block::param(const std::string& name) const {
   BCD_CHECK(false, "block {} has no parameter {}", name_, name);
 }
 
+torch::Tensor Block::grad_of(const std::string& name) const {
+  const torch::Tensor& g = grad();
+  if (!g.defined()) return {};
+  for (const auto& s : slots_)
+    if (s.name == name) return g.narrow(0, s.offset, s.numel).view(s.shape);
+  BCD_CHECK(false, "block {} has no parameter {}", name_, name);
+}
+
 bool Block::has_param(const std::string& name) const {
   for (const auto& s : slots_)
     if (s.name == name) return true;

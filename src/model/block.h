@@ -67,6 +67,8 @@ class Block {
 
   // Parameter view by slot name; BCD_CHECK when absent.
   const torch::Tensor& param(const std::string& name) const;
+  // The view of grad() (the sum the optimizer reads) for that slot; undefined while frozen.
+  torch::Tensor grad_of(const std::string& name) const;
   bool has_param(const std::string& name) const;
   const std::vector<torch::Tensor>& params() const { return params_; }
 

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "model/fused_loss.h"
 
 namespace bcd {
 
@@ -280,6 +281,10 @@ torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const
 }
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below) const {
+  return dense(final_hidden(tokens, grad_from, below), head_weight());
+}
+
+torch::Tensor LlamaModel::final_hidden(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below) const {
   BCD_CHECK(tokens.dim() == 2, "tokens must be (B, T)");
   const int64_t t = tokens.size(1);
   if (t > cfg_.max_seq_len)
@@ -311,8 +316,7 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, co
     }
   }
   torch::AutoGradMode mode(grad_on);
-  torch::Tensor hn = rms_norm(x, blocks_.back().param("norm"), cfg_.norm_eps);
-  return dense(hn, head_weight());
+  return rms_norm(x, blocks_.back().param("norm"), cfg_.norm_eps);
 }
 
 torch::Tensor LlamaModel::frozen_prefix(const torch::Tensor& batch_in, int upto) const {
@@ -338,29 +342,54 @@ torch::Tensor LlamaModel::frozen_blocks(const torch::Tensor& tokens, int upto) c
   return x;
 }
 
-// (B, T+1) -> next-token cross entropy (B*T,) unreduced, or its mean: the same logits either way.
+int64_t LlamaModel::loss_chunk(int64_t tokens) const {
+  return cfg_.loss_chunk(tokens, static_cast<int64_t>(c10::elementSize(opts_.dtype().toScalarType())));
+}
+
+// (B, T+1) -> the next-token cross entropy of every position, each weighted by `scale` (B*T,),
+// summed: the head and the loss fused and chunked (model/fused_loss.h), so that the B*T*V logits
+// never exist whole. With grad_into_blocks the head weight's gradient goes straight into its
+// block's fp32 sum.
 torch::Tensor LlamaModel::cross_entropy(const torch::Tensor& batch_in, int grad_from, const torch::Tensor& below,
-                                        bool mean) const {
+                                        const torch::Tensor& scale, bool grad_into_blocks) const {
   const torch::Tensor batch = to_compute(batch_in, opts_.device());  // loaders and samplers build on the CPU
   const int64_t t = batch.size(1) - 1;
   torch::Tensor inputs = batch.narrow(1, 0, t), targets = batch.narrow(1, 1, t);
-  torch::Tensor logits = forward(inputs, grad_from, below);
-  const int64_t v = logits.size(-1);
-  torch::Tensor lf = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
-  const torch::Tensor x = lf.reshape({-1, v}), y = targets.reshape({-1});
-  return mean ? F::cross_entropy(x, y) : F::cross_entropy(x, y, F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  torch::Tensor hn = final_hidden(inputs, grad_from, below);
+  hn = hn.reshape({-1, hn.size(-1)});
+  const torch::Tensor w = head_weight();
+  torch::Tensor sink;
+  if (grad_into_blocks && w.requires_grad() && torch::GradMode::is_enabled()) {
+    const Block& owner = cfg_.tie_embeddings ? blocks_.front() : blocks_.back();
+    sink = owner.grad_of(cfg_.tie_embeddings ? "tok_embeddings" : "output");
+    if (sink.defined() && sink.scalar_type() != (w.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32))
+      sink = torch::Tensor();
+  }
+  return chunked_linear_cross_entropy(hn, w, targets.reshape({-1}), scale, loss_chunk(hn.size(0)), sink);
 }
 
 torch::Tensor LlamaModel::loss(const torch::Tensor& batch, int grad_from, const torch::Tensor& below) const {
-  return cross_entropy(batch, grad_from, below, /*mean=*/true);
+  Batch b;
+  b.tokens = batch;
+  return loss(b, grad_from, below, LossOptions{});
 }
 
 torch::Tensor LlamaModel::loss(const Batch& b, int grad_from, const torch::Tensor& below) const {
-  if (!b.mask.defined()) return loss(b.tokens, grad_from, below);
-  const torch::Tensor ce = cross_entropy(b.tokens, grad_from, below, /*mean=*/false);
-  const torch::Tensor mask = to_compute(b.mask, opts_.device()).reshape({-1}).to(ce.scalar_type());
-  // No counted target in the whole global batch: a zero loss that still reaches every weight.
-  return (ce * mask).sum() / (b.divisor > 0 ? b.divisor : 1.0);
+  return loss(b, grad_from, below, LossOptions{});
+}
+
+torch::Tensor LlamaModel::loss(const Batch& b, int grad_from, const torch::Tensor& below, const LossOptions& opt) const {
+  const int64_t n = b.tokens.size(0) * (b.tokens.size(1) - 1);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(opts_.device());
+  torch::Tensor scale;
+  if (!b.mask.defined()) {
+    scale = torch::full({n}, opt.scale / static_cast<double>(n), f64);
+  } else {
+    // No counted target in the whole global batch: a zero loss that still reaches every weight.
+    const torch::Tensor mask = to_compute(b.mask, opts_.device()).reshape({-1}).to(torch::kFloat64);
+    scale = mask * (opt.scale / (b.divisor > 0 ? b.divisor : 1.0));
+  }
+  return cross_entropy(b.tokens, grad_from, below, scale, opt.grad_into_blocks);
 }
 
 void LlamaModel::set_trainable(bool trainable) {

@@ -68,7 +68,12 @@ class LlamaModel {
   // backward stops at block `grad_from` (the BCD truncated backward, DESIGN.md §4).
   torch::Tensor forward(const torch::Tensor& tokens, int grad_from = 0, const torch::Tensor& below = {}) const;
 
-  // batch (B, T+1) -> mean next-token cross entropy over the B*T positions (fp32 scalar).
+  // Tokens per chunk of the fused head + loss ([model] loss_chunk_tokens, or its automatic
+  // value for this many tokens and the working dtype).
+  int64_t loss_chunk(int64_t tokens) const;
+
+  // batch (B, T+1) -> mean next-token cross entropy over the B*T positions (fp32 scalar), the
+  // head's matmul and the loss fused and chunked over tokens (model/fused_loss.h).
   // `below`: frozen_prefix(batch, grad_from) computed earlier (bitwise what forward would
   // compute, as long as blocks [0, grad_from) have not changed since), or undefined.
   torch::Tensor loss(const torch::Tensor& batch, int grad_from = 0, const torch::Tensor& below = {}) const;
@@ -76,6 +81,15 @@ class LlamaModel {
   // batch.divisor (so ranks' means combine into the global batch's mean per counted target);
   // without one, loss(batch.tokens, ...).
   torch::Tensor loss(const Batch& batch, int grad_from = 0, const torch::Tensor& below = {}) const;
+  // How the trainer takes a micro-batch's loss: multiplied by `scale` (1/grad_accum) and, with
+  // grad_into_blocks, the head weight's gradient added straight into its block's fp32 gradient
+  // sum during the forward pass (no bf16 gradient buffer is filled for it); the returned loss
+  // must then be backpropagated as it is, once.
+  struct LossOptions {
+    double scale = 1.0;
+    bool grad_into_blocks = false;
+  };
+  torch::Tensor loss(const Batch& batch, int grad_from, const torch::Tensor& below, const LossOptions& opt) const;
 
   // The part of forward below the active unit: batch (B, T+1)'s inputs through blocks
   // [0, upto) with no autograd -> hidden state (B, T, C); upto >= 1. It does not depend on the
@@ -104,7 +118,10 @@ class LlamaModel {
   torch::Tensor embed_weight() const;
   torch::Tensor head_weight() const;
   // tokens (B, T) through blocks [0, upto) with no autograd: forward below grad_from.
-  torch::Tensor cross_entropy(const torch::Tensor& batch, int grad_from, const torch::Tensor& below, bool mean) const;
+  torch::Tensor cross_entropy(const torch::Tensor& batch, int grad_from, const torch::Tensor& below,
+                              const torch::Tensor& scale, bool grad_into_blocks) const;
+  // forward up to the head: the final norm's output (B, T, C).
+  torch::Tensor final_hidden(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below) const;
   torch::Tensor frozen_blocks(const torch::Tensor& tokens, int upto) const;
   // Tells weights_ the blocks of a pass: layers [first, L) forward; with `backward`, then the
   // layers from grad_from's down the checkpointed backward recomputes.

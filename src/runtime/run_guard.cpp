@@ -128,7 +128,7 @@ double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool nee
   if (!(world > 1 || needed || step == run_.first_step || fired_)) return NAN;
   const std::vector<double> sums = run_.pg->sum_over_ranks({loss_sum.item<double>(), fired_ ? 1.0 : 0.0});
   other_rank_stops_ = sums[1] > 0;
-  const double loss = sums[0] / world / static_cast<double>(tc.grad_accum);
+  const double loss = sums[0] / world;  // each micro-batch's loss is already over grad_accum
   // The settings a divergence usually comes from, with their values: one of them may be off.
   if (!std::isfinite(loss))
     user_error("training diverged at step {}: loss is {}{}; its settings: train.lr {:g}, train.grad_clip {:g}, "

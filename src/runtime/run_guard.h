@@ -61,7 +61,8 @@ class RunGuard {
   // The step's forward and backward. A streamed layer's failed read stops the run before the
   // update (nothing was trained on it), naming the newest checkpoint to resume from.
   void compute_step(int64_t step, const std::function<void()>& micro_batches);
-  // The step's loss, the mean over ranks and micro-batches of `loss_sum`, when this step reads it
+  // The step's loss, the mean over ranks of `loss_sum` (its micro-batches' losses, each already
+  // over grad_accum), when this step reads it
   // (`needed`, the first step, a signal, or several ranks: then it travels each step with the
   // stop flag in one small all-reduce), else NaN. A non-finite loss stops the run.
   double read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed);

@@ -148,10 +148,13 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
         const bool last = micro == tc.grad_accum - 1;
         torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
         Batch batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
-        torch::Tensor loss = run.model.loss(batch, run.grad_from(), below);  // forward; no autograd below the active unit
-        if (last) run.arm_reduction();                                      // buckets go out as backward fills them
-        (loss / static_cast<double>(tc.grad_accum)).backward();             // backward stops at the active unit
-        run.accumulate_gradients(last);                                     // bf16: summed in fp32
+        // forward (no autograd below the active unit), the loss over grad_accum; the head's
+        // gradient is computed in it, straight into its block's fp32 sum (model/fused_loss.h)
+        torch::Tensor loss = run.model.loss(batch, run.grad_from(), below,
+                                            {1.0 / static_cast<double>(tc.grad_accum), /*grad_into_blocks=*/true});
+        if (last) run.arm_reduction();        // buckets go out as backward fills them
+        loss.backward();                      // backward stops at the active unit
+        run.accumulate_gradients(last);       // bf16: summed in fp32
         loss_sum = micro == 0 ? loss.detach() : loss_sum + loss.detach();
       }
     });
