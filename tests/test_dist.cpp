@@ -586,10 +586,12 @@ TEST_P(DataParallelVariants, TwoRanksGiveOneRankWithTwiceTheBatch) {
       EXPECT_NEAR(m2[i]["val_loss"].get<double>(), m1[i]["val_loss"].get<double>(), 1e-5) << "step " << i + 1;
     }
   }
-  // Instruction data: the gradient comes from the few answer tokens, so more of its elements sit
-  // near zero, where Adam's 1/sqrt(v) turns rounding into movement (expect_weights_close).
-  const bool masked = std::string(v.extra).find("@INST@") != std::string::npos;
-  expect_weights_close(path(r1) + "/model.h5", path(r2) + "/model.h5", masked ? 5e-5 : 1e-5);
+  // Rounding (one rank sums 2B sequences' gradients at once, two ranks B each, then reduce) moves
+  // gradient elements near zero, where Adam's 1/sqrt(v) turns it into movement
+  // (expect_weights_close): up to 2.3e-5 of a layer's norm at the end with the fused head +
+  // loss (BcdKeep's layer.2; every step's loss and gradient norm agree to 1e-5 above). An error in
+  // what is reduced would move the losses, and the weights by far more.
+  expect_weights_close(path(r1) + "/model.h5", path(r2) + "/model.h5", 5e-5);
   // The gradient went out in buckets while backward ran, rebuilt for every new trainable set
   // (a visit starts at steps 1, 4, 7 and 10; full AdamW never changes its set).
   const auto& last = m2.back();

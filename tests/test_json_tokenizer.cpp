@@ -41,14 +41,7 @@ const Tokenizer& shipped(const std::string& family) {
   return it->second;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 void expect_has(const std::string& text, const std::vector<std::string>& needles) {
   for (const auto& n : needles) EXPECT_NE(text.find(n), std::string::npos) << "missing '" << n << "' in: " << text;
