@@ -1,7 +1,7 @@
-// Chunked linear + cross entropy (model/fused_loss.h). Forward keeps, per token, only the
-// log-sum-exp of its logits; backward recomputes each chunk's logits, turns them into the
-// softmax minus the one-hot target, scaled (the gradient of the logits), and multiplies that out
-// into the hidden states' gradient and the weight's, so no chunk outlives its iteration.
+// Chunked linear + cross entropy (model/fused_loss.h). Each chunk's logits are computed, reduced
+// to the chunk's losses and, under autograd, turned in place into the softmax minus the one-hot
+// target, scaled (the gradient of the logits), which is multiplied out into the hidden states'
+// gradient and the weight's at once: no chunk outlives its iteration, and backward only scales.
 #include "model/fused_loss.h"
 
 #include <algorithm>
@@ -15,13 +15,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// One chunk's logits in fp32: the working-dtype matmul (as the unfused head computes it), then
-// the cast the loss applies. The working-dtype logits are released at once.
-// (fp64 models, in tests of gradients, stay fp64 throughout.)
+// What losses and gradients are summed in: fp32, or fp64 for fp64 models (tests of gradients).
 torch::ScalarType accumulation_type(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
 }
 
+// One chunk's logits in fp32: the working-dtype matmul (as the unfused head computes it), then
+// the cast the loss applies. The working-dtype logits are released at once.
 torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight) {
   torch::Tensor logits = torch::nn::functional::linear(h, weight);
   const torch::ScalarType acc = accumulation_type(logits);
