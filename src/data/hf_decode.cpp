@@ -13,14 +13,6 @@ using nlohmann::json;
 
 namespace {
 
-uint32_t one_char(const std::string& s, const Fields& f, const char* key) {
-  size_t i = 0;
-  if (s.empty() || utf8_invalid_at(s) != std::string::npos) f.fail(fmt::format("\"{}\" must be one character", key));
-  const uint32_t c = utf8_next(s, i);
-  if (i != s.size()) f.fail(fmt::format("\"{}\" must be one character, found \"{}\"", key, s));
-  return c;
-}
-
 // u8::from_str_radix(&token[3..5], 16) of "<0xNN>": two hex digits, or '+' and one.
 int byte_fallback_value(const std::string& t) {
   if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
@@ -37,10 +29,7 @@ int byte_fallback_value(const std::string& t) {
 // ---- Decoders ----
 
 Decoder Decoder::from_json(const json& j, const Where& where) {
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
-    load_error(where, "a decoder must be an object with a \"type\"");
-  const std::string type = j["type"].get<std::string>();
-  const Where w{where.file, where.path + " (" + type + ")"};
+  const auto [type, w] = component_type(j, where, "a decoder");
   Decoder d;
   if (type == "ByteLevel") {
     Fields f(j, w, {"type", "add_prefix_space", "trim_offsets", "use_regex"});  // none changes decoding
@@ -76,9 +65,7 @@ Decoder Decoder::from_json(const json& j, const Where& where) {
   } else if (type == "Sequence") {
     Fields f(j, w, {"type", "decoders"});
     d.kind = Kind::kSequence;
-    const json& list = f.req("decoders");
-    if (!list.is_array()) f.fail("\"decoders\" must be an array");
-    for (size_t i = 0; i < list.size(); ++i) d.children.push_back(from_json(list[i], w.at("decoders").at(i)));
+    for (const auto& [part, at] : f.parts("decoders")) d.children.push_back(from_json(*part, at));
   } else {
     load_error(w, fmt::format("the decoder \"{}\" is not implemented (implemented: ByteLevel, Metaspace, Replace, "
                               "ByteFallback, Fuse, Strip, Sequence)",
@@ -206,10 +193,7 @@ void Decoder::apply(std::vector<std::string>& tokens) const {
 // ---- Post-processors ----
 
 PostProcessor PostProcessor::from_json(const json& j, const Where& where) {
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
-    load_error(where, "a post-processor must be an object with a \"type\"");
-  const std::string type = j["type"].get<std::string>();
-  const Where w{where.file, where.path + " (" + type + ")"};
+  const auto [type, w] = component_type(j, where, "a post-processor");
   PostProcessor p;
   if (type == "ByteLevel") {
     Fields f(j, w, {"type", "add_prefix_space", "trim_offsets", "use_regex"});  // offsets only
@@ -217,9 +201,7 @@ PostProcessor PostProcessor::from_json(const json& j, const Where& where) {
   } else if (type == "Sequence") {
     Fields f(j, w, {"type", "processors"});
     p.kind = Kind::kSequence;
-    const json& list = f.req("processors");
-    if (!list.is_array()) f.fail("\"processors\" must be an array");
-    for (size_t i = 0; i < list.size(); ++i) p.children.push_back(from_json(list[i], w.at("processors").at(i)));
+    for (const auto& [part, at] : f.parts("processors")) p.children.push_back(from_json(*part, at));
   } else if (type == "TemplateProcessing") {
     // The pair template is read for its shape only: pairs are never encoded here.
     Fields f(j, w, {"type", "single", "pair", "special_tokens"});

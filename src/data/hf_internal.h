@@ -31,6 +31,10 @@ struct Where {
 // One error naming the file and the component: "tokenizer.json F: pre_tokenizer (Split): ...".
 [[noreturn]] void load_error(const Where& w, const std::string& what);
 
+// A component's type: `j` must be an object with a "type" string (else one error: "a WHAT must be
+// an object with a \"type\""). Returns the type and where its errors point: "PATH (TYPE)".
+std::pair<std::string, Where> component_type(const nlohmann::json& j, const Where& where, const char* what);
+
 // A component's object: its "type" (or `type` for those without one) and checked fields.
 // Every key must be one the component knows: an option this code does not implement is refused,
 // never ignored.
@@ -44,6 +48,8 @@ class Fields {
   std::string req_string(const char* key) const;
   int64_t get_int(const char* key, int64_t fallback) const;
   const nlohmann::json& req(const char* key) const;
+  // A Sequence's parts: the array at `key`, each element with where it is ("KEY[i]").
+  std::vector<std::pair<const nlohmann::json*, Where>> parts(const char* key) const;
   const Where& where() const { return where_; }
   [[noreturn]] void fail(const std::string& what) const { load_error(where_, what); }
 
@@ -51,6 +57,10 @@ class Fields {
   const nlohmann::json& obj_;
   Where where_;
 };
+
+// The one code point that option `key` holds (a Metaspace replacement, a Strip content); f.fail
+// naming the key otherwise.
+uint32_t one_char(const std::string& s, const Fields& f, const char* key);
 
 // ---- UTF-8 ----
 

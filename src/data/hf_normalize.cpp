@@ -11,10 +11,7 @@ namespace bcd::hf {
 using nlohmann::json;
 
 Normalizer Normalizer::from_json(const json& j, const Where& where) {
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
-    load_error(where, "a normalizer must be an object with a \"type\"");
-  const std::string type = j["type"].get<std::string>();
-  const Where w{where.file, where.path + " (" + type + ")"};
+  const auto [type, w] = component_type(j, where, "a normalizer");
   Normalizer n;
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD" || type == "Lowercase" ||
       type == "StripAccents" || type == "ByteLevel") {
@@ -43,9 +40,7 @@ Normalizer Normalizer::from_json(const json& j, const Where& where) {
   } else if (type == "Sequence") {
     Fields f(j, w, {"type", "normalizers"});
     n.kind = Kind::kSequence;
-    const json& list = f.req("normalizers");
-    if (!list.is_array()) f.fail("\"normalizers\" must be an array");
-    for (size_t i = 0; i < list.size(); ++i) n.children.push_back(from_json(list[i], w.at("normalizers").at(i)));
+    for (const auto& [part, at] : f.parts("normalizers")) n.children.push_back(from_json(*part, at));
   } else {
     load_error(w, fmt::format("the normalizer \"{}\" is not implemented (implemented: NFC, NFD, NFKC, NFKD, "
                               "Lowercase, Strip, StripAccents, Prepend, Replace, ByteLevel, Sequence)",

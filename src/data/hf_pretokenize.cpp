@@ -50,14 +50,6 @@ void split_pieces(std::vector<PreToken>& pieces, const Pattern& pattern, SplitBe
   pieces.swap(out);
 }
 
-uint32_t single_char(const std::string& s, const Fields& f, const char* key) {
-  size_t i = 0;
-  if (s.empty() || utf8_invalid_at(s) != std::string::npos) f.fail(fmt::format("\"{}\" must be one character", key));
-  const uint32_t c = utf8_next(s, i);
-  if (i != s.size()) f.fail(fmt::format("\"{}\" must be one character, found \"{}\"", key, s));
-  return c;
-}
-
 }  // namespace
 
 const std::array<std::string, 256>& byte_to_chars() {
@@ -89,10 +81,7 @@ int char_to_byte(uint32_t c) {
 }
 
 PreTokenizer PreTokenizer::from_json(const json& j, const Where& where) {
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
-    load_error(where, "a pre-tokenizer must be an object with a \"type\"");
-  const std::string type = j["type"].get<std::string>();
-  const Where w{where.file, where.path + " (" + type + ")"};
+  const auto [type, w] = component_type(j, where, "a pre-tokenizer");
   PreTokenizer p;
   if (type == "Split") {
     Fields f(j, w, {"type", "pattern", "behavior", "invert"});
@@ -111,7 +100,7 @@ PreTokenizer PreTokenizer::from_json(const json& j, const Where& where) {
     Fields f(j, w, {"type", "replacement", "add_prefix_space", "prepend_scheme", "split", "str_rep"});
     p.kind = Kind::kMetaspace;
     p.replacement = f.req_string("replacement");
-    p.pattern = Pattern::chars(Pattern::Kind::kChar, single_char(p.replacement, f, "replacement"));
+    p.pattern = Pattern::chars(Pattern::Kind::kChar, one_char(p.replacement, f, "replacement"));
     const std::string scheme = f.get_string("prepend_scheme", "always");
     if (scheme == "first") p.prepend = Prepend::kFirst;
     else if (scheme == "never") p.prepend = Prepend::kNever;
@@ -138,9 +127,7 @@ PreTokenizer PreTokenizer::from_json(const json& j, const Where& where) {
   } else if (type == "Sequence") {
     Fields f(j, w, {"type", "pretokenizers"});
     p.kind = Kind::kSequence;
-    const json& list = f.req("pretokenizers");
-    if (!list.is_array()) f.fail("\"pretokenizers\" must be an array");
-    for (size_t i = 0; i < list.size(); ++i) p.children.push_back(from_json(list[i], w.at("pretokenizers").at(i)));
+    for (const auto& [part, at] : f.parts("pretokenizers")) p.children.push_back(from_json(*part, at));
   } else {
     load_error(w, fmt::format("the pre-tokenizer \"{}\" is not implemented (implemented: Split, ByteLevel, "
                               "Metaspace, Digits, Whitespace, WhitespaceSplit, Punctuation, "

@@ -20,6 +20,14 @@ void load_error(const Where& w, const std::string& what) {
   user_error("tokenizer.json {}: {}: {}", w.file, w.path.empty() ? "top level" : w.path, what);
 }
 
+std::pair<std::string, Where> component_type(const json& j, const Where& where, const char* what) {
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
+    load_error(where, fmt::format("{} must be an object with a \"type\"", what));
+  std::string type = j["type"].get<std::string>();
+  Where w{where.file, where.path + " (" + type + ")"};
+  return {std::move(type), std::move(w)};
+}
+
 Fields::Fields(const json& obj, Where where, std::initializer_list<const char*> known)
     : obj_(obj), where_(std::move(where)) {
   if (!obj.is_object()) fail(fmt::format("expected an object, found {}", obj.type_name()));
@@ -45,6 +53,22 @@ const json& Fields::req(const char* key) const {
   const json* v = find(key);
   if (!v) fail(fmt::format("missing \"{}\"", key));
   return *v;
+}
+
+uint32_t one_char(const std::string& s, const Fields& f, const char* key) {
+  size_t i = 0;
+  if (s.empty() || utf8_invalid_at(s) != std::string::npos) f.fail(fmt::format("\"{}\" must be one character", key));
+  const uint32_t c = utf8_next(s, i);
+  if (i != s.size()) f.fail(fmt::format("\"{}\" must be one character, found \"{}\"", key, s));
+  return c;
+}
+
+std::vector<std::pair<const json*, Where>> Fields::parts(const char* key) const {
+  const json& list = req(key);
+  if (!list.is_array()) fail(fmt::format("\"{}\" must be an array", key));
+  std::vector<std::pair<const json*, Where>> out;
+  for (size_t i = 0; i < list.size(); ++i) out.emplace_back(&list[i], where_.at(key).at(i));
+  return out;
 }
 
 bool Fields::get_bool(const char* key, bool fallback) const {
