@@ -8,6 +8,7 @@
 #include "memory/planner.h"
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
+#include "runtime/block_optimizer.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "planner_test_helpers.h"
@@ -49,32 +50,50 @@ TEST_P(PlannerShape, BlockLayoutsMatchLlamaModel) {
   EXPECT_EQ(count_params(cfg), params);
 }
 
-TEST_P(PlannerShape, UnitsMatchMakeUnits) {
+// make_units is unit_shapes; what must agree is the state the optimizer lays out for each unit
+// and the gradient window it trains, which the planner counts.
+TEST_P(PlannerShape, UnitsMatchTheOptimizersLayout) {
   const ModelConfig cfg = small_shape(GetParam());
   LlamaModel model(cfg);
   for (BlockKind blocks : {BlockKind::kLayer, BlockKind::kAttnMlp, BlockKind::kWhole}) {
-    for (int64_t lpb : {1, 2}) {
-      for (bool enabled : {true, false}) {
-        BcdConfig b;
-        b.enabled = enabled;
-        b.blocks = blocks;
-        b.layers_per_block = blocks == BlockKind::kAttnMlp ? 1 : lpb;
-        b.include_embed = lpb == 1;
-        SCOPED_TRACE(std::string(name_of(blocks)) + " lpb " + std::to_string(lpb) + (enabled ? " on" : " off"));
-        const auto ref = make_units(model, b);
-        const auto got = unit_shapes(cfg, b);
-        ASSERT_EQ(got.size(), ref.size());
-        for (size_t i = 0; i < ref.size(); ++i) {
-          EXPECT_EQ(got[i].name, ref[i].name);
-          ASSERT_EQ(got[i].pieces.size(), ref[i].pieces.size());
-          for (size_t p = 0; p < ref[i].pieces.size(); ++p) {
-            EXPECT_EQ(got[i].pieces[p].first, ref[i].pieces[p].block);
-            EXPECT_EQ(got[i].pieces[p].second, ref[i].pieces[p].part);
-          }
+    for (int64_t slices : {1, 4}) {
+      BcdConfig b;
+      b.enabled = true;
+      b.blocks = blocks;
+      b.vocab_slices = slices;
+      SCOPED_TRACE(std::string(name_of(blocks)) + " vocab_slices " + std::to_string(slices));
+      const auto shapes = unit_shapes(cfg, b);
+      BlockAdamW opt(model, make_units(model, b), OptimConfig{}, true);
+      std::vector<int64_t> trained(model.n_blocks(), 0);
+      for (size_t u = 0; u < shapes.size(); ++u) {
+        SCOPED_TRACE(shapes[u].name);
+        EXPECT_EQ(opt.unit_elems(static_cast<int>(u)), shapes[u].state_elems);
+        opt.activate(static_cast<int>(u));
+        int64_t window = 0;
+        for (const auto& p : shapes[u].pieces) {
+          const Block& blk = model.block(p.block);
+          EXPECT_EQ(blk.grad_begin(), p.begin);
+          EXPECT_EQ(blk.grad_end(), p.end);
+          window += blk.grad().numel();
+          if (p.part.empty()) trained[p.block] += p.end - p.begin;
         }
+        EXPECT_EQ(window, shapes[u].grad_elems);
       }
+      // Slices tile their blocks: every element of embed and head is trained by exactly one unit.
+      if (blocks != BlockKind::kWhole) {
+        EXPECT_EQ(trained.front(), model.block(0).numel());
+        EXPECT_EQ(trained.back(), model.block(model.n_blocks() - 1).numel());
+      }
+      const bool sliced = slices > 1 && blocks != BlockKind::kWhole;
+      EXPECT_EQ(shapes.front().name, sliced ? "embed.0" : blocks == BlockKind::kWhole ? "model" : "embed");
+      if (blocks != BlockKind::kWhole)
+        EXPECT_EQ(shapes.back().name, sliced && !cfg.tie_embeddings ? "head.3" : "head");
     }
   }
+  BcdConfig too_many;
+  too_many.enabled = true;
+  too_many.vocab_slices = cfg.vocab_size + 1;
+  EXPECT_THROW(unit_shapes(cfg, too_many), UserError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, PlannerShape, ::testing::Values(0, 1, 2, 3));

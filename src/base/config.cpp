@@ -357,6 +357,8 @@ void OptimConfig::validate() const {
 void BcdConfig::validate() const {
   positive("bcd", "switch_every", switch_every);
   positive("bcd", "layers_per_block", layers_per_block);
+  positive("bcd", "vocab_slices", vocab_slices);
+  if (vocab_slices > 65536) user_error("config: [bcd] vocab_slices: expected 1 up to 65536, got {}", vocab_slices);
   if (order == BlockOrder::kFixed && fixed_order.empty())
     user_error("config: [bcd] fixed_order must list block names when order = \"fixed\"");
   if (blocks == BlockKind::kAttnMlp && layers_per_block != 1)

@@ -218,8 +218,11 @@ struct BcdConfig {
   bool include_head = true;
   StateOnSwitch state_on_switch = StateOnSwitch::kKeep;
   int64_t visit_warmup = 0;       // LR warmup steps at the start of every visit; 0 = none
+  int64_t vocab_slices = 1;       // units the embedding and the LM head each train as (rows of the vocabulary)
 
   void validate() const;  // this section alone; UserError naming the key
+  // Rows [first, end) of the vocabulary that slice k of vocab_slices covers (V rows): floor(k V / n).
+  int64_t vocab_slice_row(int64_t vocab, int64_t k) const { return k * vocab / vocab_slices; }
   template <class V>
   void visit(V& v) {
     v("enabled", enabled, "train one block at a time (block coordinate descent); false = full-parameter AdamW", Resume::kFixed);
@@ -231,6 +234,7 @@ struct BcdConfig {
     v("include_embed", include_embed, "train the embedding as a block (else it stays frozen)", Resume::kFixed);
     v("include_head", include_head, "train the head (final norm + LM head) as a block (else it stays frozen)", Resume::kFixed);
     v("state_on_switch", state_on_switch, "Adam moments on switch: keep (persist between visits) or reset (dropped, as BAdam)", Resume::kFixed);
+    v("vocab_slices", vocab_slices, "the embedding and the untied LM head each train as this many units, consecutive row ranges of the vocabulary (embed.0 .., head.0 ..; the final norm trains with the last head slice), each with its own master and moments and a gradient of its rows only; 1 = one unit each (embed, head)", Resume::kFixed);
     v("visit_warmup", visit_warmup, "the first N steps of every visit ramp the LR linearly up to the schedule's (step i of a visit takes (i+1)/(N+1) of it), so a block's first updates from fresh or stale moments are small; 0 = off; fewer than switch_every", Resume::kChanges);
   }
 };

@@ -134,18 +134,34 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
   const std::vector<BlockShape> blocks = block_shapes(model);
   const int n_blocks = static_cast<int>(blocks.size());
   const int n_layers = static_cast<int>(model.n_layers);
+  auto whole = [&](int b, std::string part = "") { return UnitPieceShape{b, std::move(part), 0, blocks[b].numel}; };
   std::vector<UnitShape> units;
-  // Mirrors make_units (runtime/bcd_scheduler.cpp), which needs a built model.
+  // Vocabulary slices of the matrix that starts at element `at` of block `b`: slice k is rows
+  // [vocab_slice_row(k), vocab_slice_row(k + 1)); the last runs on to the block's end.
+  const int64_t v = model.vocab_size, c = model.d_model, n = cfg.vocab_slices;
+  auto slices = [&](const std::string& name, int b, int64_t at, int first_layer) {
+    if (n == 1) {
+      units.push_back({name, {whole(b)}, first_layer, 0, 0});
+      return;
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t begin = at + cfg.vocab_slice_row(v, k) * c;
+      const int64_t end = k + 1 == n ? blocks[b].numel : at + cfg.vocab_slice_row(v, k + 1) * c;
+      units.push_back({name + "." + std::to_string(k), {{b, "", begin, end}}, first_layer, 0, 0});
+    }
+  };
   if (!cfg.enabled || cfg.blocks == BlockKind::kWhole) {
     UnitShape u{"model", {}, 0, 0, 0};
-    for (int i = 0; i < n_blocks; ++i) u.pieces.push_back({i, ""});
+    for (int i = 0; i < n_blocks; ++i) u.pieces.push_back(whole(i));
     units.push_back(u);
   } else {
-    if (cfg.include_embed) units.push_back({"embed", {{0, ""}}, 0, 0, 0});
+    if (n > v)
+      user_error("config: [bcd] vocab_slices: {} slices of a vocabulary of {} rows; expected at most {}", n, v, v);
+    if (cfg.include_embed) slices("embed", 0, 0, 0);
     if (cfg.blocks == BlockKind::kAttnMlp) {
       for (int l = 0; l < n_layers; ++l)
         for (const char* part : {"attn", "mlp"})
-          units.push_back({"layer." + std::to_string(l) + "." + part, {{l + 1, part}}, l, 0, 0});
+          units.push_back({"layer." + std::to_string(l) + "." + part, {whole(l + 1, part)}, l, 0, 0});
     } else {
       const int g = static_cast<int>(std::min<int64_t>(cfg.layers_per_block, std::max(n_layers, 1)));
       for (int l = 0; l < n_layers; l += g) {
@@ -154,18 +170,24 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
         u.name = end - l == 1 ? "layer." + std::to_string(l)
                               : "layers." + std::to_string(l) + "-" + std::to_string(end - 1);
         u.first_layer = l;
-        for (int k = l; k < end; ++k) u.pieces.push_back({k + 1, ""});
+        for (int k = l; k < end; ++k) u.pieces.push_back(whole(k + 1));
         units.push_back(u);
       }
     }
-    if (cfg.include_head) units.push_back({"head", {{n_blocks - 1, ""}}, n_layers, 0, 0});
+    if (cfg.include_head) {
+      // The head's matrix (untied) is its decayed segment; tied, the head is the final norm alone.
+      const BlockShape& head = blocks[n_blocks - 1];
+      if (model.tie_embeddings) units.push_back({"head", {whole(n_blocks - 1)}, n_layers, 0, 0});
+      else slices("head", n_blocks - 1, head.segments.front().begin, n_layers);
+    }
     if (units.empty()) user_error("config: [bcd] leaves no block to train (include_embed/include_head and layers)");
   }
   for (auto& u : units) {
-    for (const auto& [blk, part] : u.pieces) {
-      for (const auto& s : blocks[blk].segments)
-        if (part.empty() || s.part == part) u.state_elems += s.numel();
-      u.grad_elems += blocks[blk].numel;  // the gradient buffer spans the whole block
+    for (const auto& p : u.pieces) {
+      for (const auto& s : blocks[p.block].segments)
+        if (p.part.empty() || s.part == p.part)
+          u.state_elems += std::max<int64_t>(0, std::min(s.end, p.end) - std::max(s.begin, p.begin));
+      u.grad_elems += p.end - p.begin;
     }
   }
   return units;
@@ -415,16 +437,20 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
       if (separate_master) t.by_kind[kind(StateKind::kMaster)] += st;
       if (keep_moments) t.by_kind[kind(StateKind::kAdamM)] += st, t.by_kind[kind(StateKind::kAdamV)] += st;
     }
-    for (const auto& piece : u.pieces) block_unit[piece.first] = static_cast<int>(i);
+    for (const auto& piece : u.pieces) block_unit[piece.block] = static_cast<int>(i);
   }
 
-  // Per block: the same placements, for the report (a block split into attn/mlp units shows the
-  // home of its last unit; the tier totals above are exact either way).
-  std::vector<int64_t> trained(shapes.size(), 0);
+  // Per block: the same placements, for the report (a block split into attn/mlp units or vocabulary
+  // slices shows the home of its last unit and the gradient of its largest; the tier totals above
+  // are exact either way).
+  std::vector<int64_t> trained(shapes.size(), 0), grads(shapes.size(), 0);
   for (const auto& u : plan.units)
-    for (const auto& [blk, part] : u.pieces)
-      for (const auto& s : shapes[blk].segments)
-        if (part.empty() || s.part == part) trained[blk] += s.numel();
+    for (const auto& p : u.pieces) {
+      for (const auto& s : shapes[p.block].segments)
+        if (p.part.empty() || s.part == p.part)
+          trained[p.block] += std::max<int64_t>(0, std::min(s.end, p.end) - std::max(s.begin, p.begin));
+      grads[p.block] = std::max(grads[p.block], p.end - p.begin);
+    }
   for (size_t b = 0; b < shapes.size(); ++b) {
     BlockPlan bp;
     bp.name = shapes[b].name;
@@ -435,7 +461,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     const uint64_t st = own(trained[b]) * 4;
     if (trained[b] > 0) {
       const Tier home = single ? Tier::kCompute : plan.unit_home[block_unit[b]];
-      bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(shapes[b].numel) * gw, single, Tier::kCompute};
+      bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(grads[b]) * gw, single, Tier::kCompute};
       if (separate_master) bp.state[kind(StateKind::kMaster)] = {st, true, home};
       bp.state[kind(StateKind::kAdamM)] = {st, keep_moments, home};
       bp.state[kind(StateKind::kAdamV)] = {st, keep_moments, home};

@@ -35,14 +35,26 @@ struct BlockShape {
 std::vector<BlockShape> block_shapes(const ModelConfig& cfg);
 int64_t count_params(const ModelConfig& cfg);  // sum of BlockShape::params (no padding)
 
-// A BCD unit as make_units (runtime/bcd_scheduler.h) forms it, in block indices.
-struct UnitShape {
-  std::string name;
-  std::vector<std::pair<int, std::string>> pieces;  // (block, part); part "" = whole block
-  int first_layer = 0;     // lowest decoder layer run with autograd when this unit is active
-  int64_t state_elems = 0; // elements of the unit's segments (master, m and v each)
-  int64_t grad_elems = 0;  // elements of its blocks' gradient buffers (whole blocks)
+// What a BCD unit trains of one block: the segments of `part` ("" = every segment) within the
+// elements [begin, end) of the block's flat buffer. A whole block or a part of a layer spans the
+// block; a vocabulary slice ([bcd] vocab_slices) is a run of rows of the embedding's or the LM
+// head's matrix (the last head slice runs on to the block's end: the final norm).
+struct UnitPieceShape {
+  int block = 0;
+  std::string part;
+  int64_t begin = 0, end = 0;
 };
+
+// A BCD unit: the partition make_units (runtime/bcd_scheduler.h) gives the model, in block indices.
+struct UnitShape {
+  std::string name;        // "embed", "embed.3", "layer.3", "layers.0-3", "layer.3.mlp", "head", "head.1", "model"
+  std::vector<UnitPieceShape> pieces;
+  int first_layer = 0;     // lowest decoder layer run with autograd when this unit is active
+  int64_t state_elems = 0; // elements of the unit's segments within its pieces (master, m and v each)
+  int64_t grad_elems = 0;  // elements of its gradient buffers: a piece's [begin, end) (model/block.h)
+};
+// UserError when [bcd] asks for more vocabulary slices than the vocabulary has rows, or leaves
+// nothing to train.
 std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& bcd);
 
 // LlamaModel's rotary cos and sin tables: 2 x max_seq_len x head_dim in the working dtype.

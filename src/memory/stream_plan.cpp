@@ -72,8 +72,8 @@ StreamPlan stream_layout(const std::vector<BlockShape>& shapes, const std::vecto
   for (const UnitShape& u : units) {
     std::vector<int> blocks;  // a block split into attn/mlp pieces is one buffer
     for (const auto& piece : u.pieces)
-      if (s.streamed[piece.first] && std::find(blocks.begin(), blocks.end(), piece.first) == blocks.end())
-        blocks.push_back(piece.first);
+      if (s.streamed[piece.block] && std::find(blocks.begin(), blocks.end(), piece.block) == blocks.end())
+        blocks.push_back(piece.block);
     uint64_t a = 0;
     for (int b : blocks) a += static_cast<uint64_t>(shapes[b].numel) * w;
     s.active_bytes = std::max(s.active_bytes, a);
@@ -104,7 +104,7 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
   for (size_t i = 0; i < units.size(); ++i) {
     const UnitShape& u = units[i];
     std::vector<bool> own(shapes.size(), false);
-    for (const auto& piece : u.pieces) own[piece.first] = true;
+    for (const auto& piece : u.pieces) own[piece.block] = true;
     std::vector<StreamUse> uses;
     uint64_t bytes = 0;
     auto use = [&](int layer, double compute_s) {

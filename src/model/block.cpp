@@ -63,7 +63,7 @@ void Block::make_views() {
   for (const auto& s : slots_) params_.push_back(data_.narrow(0, s.offset, s.numel).view(s.shape));
   if (trainable_) {
     trainable_ = false;
-    set_trainable(true, trainable_part_);
+    set_trainable(true, trainable_part_, window_begin_, window_end_);
   }
 }
 
@@ -75,10 +75,33 @@ const torch::Tensor& Block::param(const std::string& name) const {
 
 torch::Tensor Block::grad_of(const std::string& name) const {
   const torch::Tensor& g = grad();
-  if (!g.defined()) return {};
   for (const auto& s : slots_)
-    if (s.name == name) return g.narrow(0, s.offset, s.numel).view(s.shape);
+    if (s.name == name) {
+      if (!g.defined() || s.offset < window_begin_ || s.offset + s.numel > window_end_) return {};
+      return g.narrow(0, s.offset - window_begin_, s.numel).view(s.shape);
+    }
   BCD_CHECK(false, "block {} has no parameter {}", name_, name);
+}
+
+Block::RowGrad Block::row_grad(const std::string& name) const {
+  const torch::Tensor& g = grad();
+  for (const auto& s : slots_)
+    if (s.name == name) {
+      const int64_t lo = std::max(s.offset, window_begin_), hi = std::min(s.offset + s.numel, window_end_);
+      if (!g.defined() || hi <= lo || (lo == s.offset && hi == s.offset + s.numel)) return {};
+      const int64_t row = s.numel / s.shape.front();
+      std::vector<int64_t> shape = s.shape;
+      shape.front() = (hi - lo) / row;
+      return {g.narrow(0, lo - window_begin_, hi - lo).view(shape), (lo - s.offset) / row};
+    }
+  BCD_CHECK(false, "block {} has no parameter {}", name_, name);
+}
+
+torch::Tensor Block::grad_range(int64_t begin, int64_t len) const {
+  BCD_CHECK(grad().defined() && begin >= window_begin_ && len >= 0 && begin + len <= window_end_,
+            "block {}: gradient elements [{}, +{}) outside its window [{}, {})", name_, begin, len, window_begin_,
+            window_end_);
+  return grad().narrow(0, begin - window_begin_, len);
 }
 
 bool Block::has_param(const std::string& name) const {
@@ -87,20 +110,35 @@ bool Block::has_param(const std::string& name) const {
   return false;
 }
 
-void Block::set_trainable(bool trainable, const std::string& part) {
-  if (trainable == trainable_ && (!trainable || part == trainable_part_)) return;
+void Block::set_trainable(bool trainable, const std::string& part, int64_t begin, int64_t end) {
+  if (end < 0) end = numel_;
+  BCD_CHECK(0 <= begin && begin < end && end <= numel_, "block {}: trainable window [{}, {}) of {} elements", name_,
+            begin, end, numel_);
+  if (trainable == trainable_ &&
+      (!trainable || (part == trainable_part_ && begin == window_begin_ && end == window_end_)))
+    return;
+  if (trainable && trainable_ && (begin != window_begin_ || end != window_end_)) set_trainable(false);
   trainable_ = trainable;
   trainable_part_ = trainable ? part : "";
   if (trainable) {
-    if (!grad_.defined()) grad_ = torch::zeros_like(data_);
+    window_begin_ = begin, window_end_ = end;
+    if (!grad_.defined()) grad_ = torch::zeros({end - begin}, data_.options());
     if (!acc_.defined() && reduced_precision(data_.scalar_type()))
-      acc_ = torch::zeros(data_.sizes(), data_.options().dtype(torch::kFloat32));
+      acc_ = torch::zeros({end - begin}, data_.options().dtype(torch::kFloat32));
     for (size_t i = 0; i < slots_.size(); ++i) {
+      const ParamSlot& s = slots_[i];
       torch::Tensor& p = params_[i];
-      const bool on = part.empty() || slots_[i].part == part;
+      const bool whole = s.offset >= begin && s.offset + s.numel <= end;
+      const bool cut = !whole && s.offset < end && s.offset + s.numel > begin;
+      if (cut) {
+        const int64_t row = s.numel / s.shape.front();
+        BCD_CHECK((std::max(begin, s.offset) - s.offset) % row == 0 && (std::min(end, s.offset + s.numel) - s.offset) % row == 0,
+                  "block {}: trainable window [{}, {}) cuts {} between rows", name_, begin, end, s.name);
+      }
+      const bool on = whole && (part.empty() || s.part == part);
       p.mutable_grad() = torch::Tensor();
       p.requires_grad_(on);
-      if (on) p.mutable_grad() = grad_.narrow(0, slots_[i].offset, slots_[i].numel).view(slots_[i].shape);
+      if (on) p.mutable_grad() = grad_.narrow(0, s.offset - begin, s.numel).view(s.shape);
     }
   } else {
     for (auto& p : params_) {
@@ -109,6 +147,7 @@ void Block::set_trainable(bool trainable, const std::string& part) {
     }
     grad_ = torch::Tensor();
     acc_ = torch::Tensor();
+    window_begin_ = window_end_ = 0;
   }
 }
 
@@ -119,10 +158,12 @@ void Block::zero_grad() {
 
 void Block::accumulate_grad(int64_t begin, int64_t len) {
   if (!acc_.defined()) return;
-  BCD_CHECK(begin >= 0 && len >= 0 && begin + len <= numel_, "accumulate_grad of block {}: [{}, +{})", name_, begin, len);
+  BCD_CHECK(begin >= window_begin_ && len >= 0 && begin + len <= window_end_,
+            "accumulate_grad of block {}: [{}, +{}) outside its window [{}, {})", name_, begin, len, window_begin_,
+            window_end_);
   torch::NoGradGuard ng;
-  torch::Tensor part = grad_.narrow(0, begin, len);
-  acc_.narrow(0, begin, len).add_(part);  // exact: every bf16 value is an fp32 value
+  torch::Tensor part = grad_.narrow(0, begin - window_begin_, len);
+  acc_.narrow(0, begin - window_begin_, len).add_(part);  // exact: every bf16 value is an fp32 value
   part.zero_();
 }
 

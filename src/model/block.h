@@ -48,36 +48,55 @@ class Block {
   torch::Tensor& data() { return data_; }
   const torch::Tensor& data() const { return data_; }
   // Flat gradient the optimizer reads: the sum over a step's micro-batches, undefined while the
-  // block is frozen. In the working dtype, except for reduced-precision (bf16/fp16) blocks, whose
+  // block is frozen. It spans the trainable window (set_trainable), elements [grad_begin(),
+  // grad_end()) of the flat buffer: the whole block unless a vocabulary slice trains.
+  // In the working dtype, except for reduced-precision (bf16/fp16) blocks, whose
   // gradient is summed in fp32: autograd fills its own buffer in the working dtype
   // (autograd_grad()), and accumulate_grad() adds that into grad() after each backward, so
   // micro-batches are never summed, nor the gradient clipped, in bf16.
   torch::Tensor& grad() { return acc_.defined() ? acc_ : grad_; }
   const torch::Tensor& grad() const { return acc_.defined() ? acc_ : grad_; }
+  int64_t grad_begin() const { return window_begin_; }
+  int64_t grad_end() const { return window_end_; }
+  // grad() over elements [begin, begin + len) of the block's flat buffer (within the window).
+  torch::Tensor grad_range(int64_t begin, int64_t len) const;
   // What backward writes: grad() itself unless the block sums in fp32.
   torch::Tensor& autograd_grad() { return grad_; }
   const torch::Tensor& autograd_grad() const { return grad_; }
   bool sums_grad_in_fp32() const { return acc_.defined(); }
   // grad()[begin, begin + len) += autograd_grad()[...], which then reads zero there (nothing to
-  // do for blocks without a separate sum). The no-argument form covers the whole block.
+  // do for blocks without a separate sum); elements of the flat buffer, within the window. The
+  // no-argument form covers the whole window.
   void accumulate_grad(int64_t begin, int64_t len);
-  void accumulate_grad() { accumulate_grad(0, numel_); }
+  void accumulate_grad() { accumulate_grad(window_begin_, window_end_ - window_begin_); }
   // Bytes of gradient buffers a trainable block of this dtype holds per element.
   static int64_t grad_bytes_per_element(torch::ScalarType working);
 
   // Parameter view by slot name; BCD_CHECK when absent.
   const torch::Tensor& param(const std::string& name) const;
-  // The view of grad() (the sum the optimizer reads) for that slot; undefined while frozen.
+  // The view of grad() (the sum the optimizer reads) for that slot; undefined while frozen or
+  // when the window does not hold the whole slot.
   torch::Tensor grad_of(const std::string& name) const;
+  // A matrix slot the window holds some rows of (a vocabulary slice): the view of grad() over
+  // those rows, (rows, ...) of the slot's shape, and the first of them. Such a slot does not
+  // require grad (autograd would compute the whole matrix's gradient): whoever computes with it
+  // adds its rows' gradient here directly (model/llama.h). Undefined `sum` for any other slot.
+  struct RowGrad {
+    torch::Tensor sum;
+    int64_t first_row = 0;
+  };
+  RowGrad row_grad(const std::string& name) const;
   bool has_param(const std::string& name) const;
   const std::vector<torch::Tensor>& params() const { return params_; }
 
-  // Trainable: every view requires grad and its .grad is a view of the flat gradient buffer
-  // (autograd accumulates in place into an existing grad, so backward fills the flat buffer).
-  // Frozen: no view requires grad and the gradient buffer is released.
-  // `part` limits requires_grad to that part's slots ("" = every slot); the gradient buffer
-  // always spans the whole block.
-  void set_trainable(bool trainable, const std::string& part = "");
+  // Trainable: the views of the slots the window holds whole require grad and their .grad is a
+  // view of the flat gradient buffer (autograd accumulates in place into an existing grad, so
+  // backward fills the flat buffer). Frozen: no view requires grad and the gradient buffer is
+  // released.
+  // `part` limits requires_grad to that part's slots ("" = every slot). The window, elements
+  // [begin, end) of the flat buffer (end < 0: to the block's end), is what the gradient buffer
+  // spans: a slot it cuts must be cut between rows (row_grad).
+  void set_trainable(bool trainable, const std::string& part = "", int64_t begin = 0, int64_t end = -1);
   bool trainable() const { return trainable_; }
   const std::string& trainable_part() const { return trainable_part_; }
   void zero_grad();
@@ -94,6 +113,7 @@ class Block {
   std::vector<Segment> segments_;
   int64_t numel_ = 0;
   std::string trainable_part_;
+  int64_t window_begin_ = 0, window_end_ = 0;  // the gradient buffer's elements while trainable
   torch::Tensor data_, grad_;
   torch::Tensor acc_;  // fp32 sum of grad_ over micro-batches (reduced-precision blocks)
   std::vector<torch::Tensor> params_;

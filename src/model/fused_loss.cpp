@@ -32,17 +32,21 @@ torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight) 
 // chunk's fp32 logits and is turned, in place, into d/d(logits) = (softmax - one_hot(target))
 // * scale. Then grad_h_rows (undefined: not wanted) gets d/d(hidden) as the unfused
 // head's backward computes it (that gradient in the working dtype through the working-dtype
-// weight), and acc (undefined: not wanted) d/d(weight) summed in fp32 whatever the working dtype.
+// weight), and acc (undefined: not wanted) d/d(weight) summed in fp32 whatever the working dtype:
+// of all V rows, or of acc.size(0) rows from acc_first_row.
 void chunk_gradients(torch::Tensor p, const torch::Tensor& lse, const torch::Tensor& targets, const torch::Tensor& scale,
                      const torch::Tensor& h, const torch::Tensor& weight, torch::Tensor grad_h_rows,
-                     torch::Tensor acc) {
+                     torch::Tensor acc, int64_t acc_first_row) {
   const int64_t len = p.size(0);
   p.sub_(lse.unsqueeze(1)).exp_();
   p.scatter_add_(1, targets.unsqueeze(1), torch::full({len, 1}, -1.0, p.options()));
   p.mul_(scale.unsqueeze(1));
   const bool full = weight.scalar_type() == p.scalar_type();
   if (grad_h_rows.defined()) grad_h_rows.copy_(torch::mm(full ? p : p.to(weight.scalar_type()), weight));
-  if (acc.defined()) acc.addmm_(p.t(), full ? h : h.to(p.scalar_type()));
+  if (acc.defined()) {
+    const torch::Tensor rows = acc.size(0) == p.size(1) ? p : p.narrow(1, acc_first_row, acc.size(0));
+    acc.addmm_(rows.t(), full ? h : h.to(p.scalar_type()));
+  }
 }
 
 // Under autograd the gradients are computed in the forward pass, chunk by chunk, while each
@@ -53,8 +57,8 @@ void chunk_gradients(torch::Tensor p, const torch::Tensor& lse, const torch::Ten
 // costs no device sync (on the CPU).
 struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor hidden, torch::Tensor weight, torch::Tensor targets,
-                               torch::Tensor scale, int64_t chunk, const torch::Tensor* sink, bool need_h,
-                               bool need_w) {
+                               torch::Tensor scale, int64_t chunk, const torch::Tensor* sink, int64_t sink_first_row,
+                               bool need_h, bool need_w, torch::Tensor /*anchor*/) {
     // (The sum comes by pointer: an undefined tensor cannot be an input of an autograd function.)
     const torch::Tensor weight_grad_sum = sink ? *sink : torch::Tensor();
     const int64_t n = hidden.size(0);
@@ -72,7 +76,8 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
       const torch::Tensor l = torch::logsumexp(lf, 1);
       total.add_(((l - lf.gather(1, t.unsqueeze(1)).squeeze(1)) * sc).sum());
       if (need_h || need_w)
-        chunk_gradients(std::move(lf), l, t, sc, h, weight, need_h ? grad_h.narrow(0, s, len) : torch::Tensor(), acc);
+        chunk_gradients(std::move(lf), l, t, sc, h, weight, need_h ? grad_h.narrow(0, s, len) : torch::Tensor(), acc,
+                        sink_first_row);
     }
     ctx->saved_data["grad_h"] = grad_h;
     ctx->saved_data["grad_w"] = weight_grad_sum.defined() ? torch::Tensor() : acc;
@@ -93,7 +98,7 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
     if (grad_h.defined()) grad_h.mul_(g.to(grad_h.scalar_type()));
     if (grad_w.defined()) grad_w = grad_w.mul_(g.to(grad_w.scalar_type())).to(weight_dtype);
     return {grad_h, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -101,7 +106,7 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
 
 torch::Tensor chunked_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                            const torch::Tensor& targets, const torch::Tensor& scale, int64_t chunk,
-                                           const torch::Tensor& weight_grad_sum) {
+                                           const torch::Tensor& weight_grad_sum, int64_t sum_first_row) {
   BCD_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
             "chunked cross entropy: hidden ({} dims, {} columns) and weight ({} dims, {} columns) do not match",
             hidden.dim(), hidden.size(-1), weight.dim(), weight.size(-1));
@@ -109,12 +114,21 @@ torch::Tensor chunked_linear_cross_entropy(const torch::Tensor& hidden, const to
             "chunked cross entropy: {} targets, {} scales for {} tokens (chunk {})", targets.numel(), scale.numel(),
             hidden.size(0), chunk);
   const torch::ScalarType acc = accumulation_type(weight);
-  BCD_CHECK(!weight_grad_sum.defined() || (weight_grad_sum.sizes() == weight.sizes() && weight_grad_sum.scalar_type() == acc),
-            "chunked cross entropy: the weight's gradient sum must be {} of the weight's shape", c10::toString(acc));
+  BCD_CHECK(!weight_grad_sum.defined() ||
+                (weight_grad_sum.dim() == 2 && weight_grad_sum.size(1) == weight.size(1) && sum_first_row >= 0 &&
+                 sum_first_row + weight_grad_sum.size(0) <= weight.size(0) && weight_grad_sum.scalar_type() == acc),
+            "chunked cross entropy: the weight's gradient sum must be {} rows [{}, +{}) of the weight's {} x {}",
+            c10::toString(acc), sum_first_row, weight_grad_sum.defined() ? weight_grad_sum.size(0) : 0, weight.size(0),
+            weight.size(1));
   const bool grad = torch::GradMode::is_enabled();
+  const bool need_w = grad && (weight.requires_grad() || weight_grad_sum.defined());
+  // A slice's rows when neither input requires grad (the head's matrix slice without its norm):
+  // an empty anchor that does gives the loss a backward, so the caller's backward() runs.
+  const torch::Tensor anchor =
+      torch::empty({0}, hidden.options().requires_grad(need_w && !hidden.requires_grad() && !weight.requires_grad()));
   return ChunkedCrossEntropy::apply(hidden, weight, targets.reshape({-1}), scale.reshape({-1}).to(acc), chunk,
-                                    weight_grad_sum.defined() ? &weight_grad_sum : nullptr,
-                                    grad && hidden.requires_grad(), grad && weight.requires_grad());
+                                    weight_grad_sum.defined() ? &weight_grad_sum : nullptr, sum_first_row,
+                                    grad && hidden.requires_grad(), need_w, anchor);
 }
 
 torch::Tensor chunked_cross_entropy_values(const torch::Tensor& hidden, const torch::Tensor& weight,

@@ -23,9 +23,12 @@ namespace bcd {
 // for `weight` to autograd; the caller then backpropagates the returned loss as it is (output
 // gradient 1) and only that. Without it the gradient is summed in an fp32 buffer and returned in
 // weight's dtype. Either way no gradient is summed across chunks in bf16.
+// The sum may hold some rows only, (R, C) for rows [sum_first_row, sum_first_row + R) of weight
+// (a vocabulary slice, model/block.h: row_grad): then only those rows' gradient is computed,
+// whether or not weight requires grad.
 torch::Tensor chunked_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                            const torch::Tensor& targets, const torch::Tensor& scale, int64_t chunk,
-                                           const torch::Tensor& weight_grad_sum = {});
+                                           const torch::Tensor& weight_grad_sum = {}, int64_t sum_first_row = 0);
 
 // The same without autograd: each token's cross entropy (N,) fp32, chunk by chunk.
 torch::Tensor chunked_cross_entropy_values(const torch::Tensor& hidden, const torch::Tensor& weight,

@@ -142,6 +142,37 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 };
 
+// The embedding lookup while the embedding trains a vocabulary slice (Block::row_grad): forward is
+// torch::embedding; backward adds the output gradient of the tokens in the slice's rows into the
+// slice's gradient sum (fp32) and returns none for the weight, whose other rows are frozen: no
+// V x C gradient exists. Out-of-slice tokens add zero rows (no data-dependent shapes, so no
+// device sync); index_put_ with accumulate sums repeated tokens in a fixed order on CPU and CUDA.
+// `anchor`, an empty tensor that requires grad, is what makes the output require grad.
+struct SliceEmbedding : public torch::autograd::Function<SliceEmbedding> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor anchor, torch::Tensor weight,
+                               torch::Tensor tokens, const torch::Tensor* sum, int64_t first_row) {
+    ctx->saved_data["tokens"] = tokens;
+    ctx->saved_data["sum"] = *sum;  // (an undefined tensor cannot be an input; the sum comes by pointer)
+    ctx->saved_data["first_row"] = first_row;
+    torch::NoGradGuard ng;
+    return torch::embedding(weight, tokens);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const torch::Tensor tokens = ctx->saved_data["tokens"].toTensor().reshape({-1});
+    torch::Tensor sum = ctx->saved_data["sum"].toTensor();
+    const int64_t first = ctx->saved_data["first_row"].toInt();
+    ctx->saved_data.clear();
+    torch::NoGradGuard ng;
+    const torch::Tensor in = (tokens >= first) & (tokens < first + sum.size(0));
+    const torch::Tensor rows = torch::where(in, tokens - first, torch::zeros_like(tokens));
+    const torch::Tensor g = grad_out[0].reshape({-1, sum.size(1)}).to(sum.scalar_type()) * in.unsqueeze(1).to(sum.scalar_type());
+    sum.index_put_({rows}, g, /*accumulate=*/true);
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 // ---- Model ----
@@ -251,6 +282,17 @@ int64_t LlamaModel::num_params() const {
 
 torch::Tensor LlamaModel::embed_weight() const { return blocks_.front().param("tok_embeddings"); }
 
+torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
+  if (torch::GradMode::is_enabled()) {
+    const Block::RowGrad rows = blocks_.front().row_grad("tok_embeddings");
+    if (rows.sum.defined()) {
+      const torch::Tensor anchor = torch::empty({0}, opts_.requires_grad(true));
+      return SliceEmbedding::apply(anchor, embed_weight(), tokens, &rows.sum, rows.first_row);
+    }
+  }
+  return torch::embedding(embed_weight(), tokens);
+}
+
 torch::Tensor LlamaModel::head_weight() const {
   return cfg_.tie_embeddings ? embed_weight() : blocks_.back().param("output");
 }
@@ -301,7 +343,7 @@ torch::Tensor LlamaModel::final_hidden(const torch::Tensor& tokens, int grad_fro
     x = frozen_blocks(tokens, grad_from);
   } else {
     torch::AutoGradMode mode(grad_on);
-    x = torch::embedding(embed_weight(), to_compute(tokens, opts_.device()));
+    x = embed(to_compute(tokens, opts_.device()));
   }
   // blocks [0, grad_from) are done: embed and layers [0, grad_from - 1)
   for (int i = std::max(grad_from - 1, 0); i < n_layers; ++i) {
@@ -349,7 +391,7 @@ int64_t LlamaModel::loss_chunk(int64_t tokens) const {
 // (B, T+1) -> the next-token cross entropy of every position, each weighted by `scale` (B*T,),
 // summed: the head and the loss fused and chunked (model/fused_loss.h), so that the B*T*V logits
 // never exist whole. With grad_into_blocks the head weight's gradient goes straight into its
-// block's fp32 sum.
+// block's fp32 sum; a vocabulary slice's rows always do (model/block.h: row_grad).
 torch::Tensor LlamaModel::cross_entropy(const torch::Tensor& batch_in, int grad_from, const torch::Tensor& below,
                                         const torch::Tensor& scale, bool grad_into_blocks) const {
   const torch::Tensor batch = to_compute(batch_in, opts_.device());  // loaders and samplers build on the CPU
@@ -359,13 +401,20 @@ torch::Tensor LlamaModel::cross_entropy(const torch::Tensor& batch_in, int grad_
   hn = hn.reshape({-1, hn.size(-1)});
   const torch::Tensor w = head_weight();
   torch::Tensor sink;
-  if (grad_into_blocks && w.requires_grad() && torch::GradMode::is_enabled()) {
+  int64_t first_row = 0;
+  if (torch::GradMode::is_enabled()) {
     const Block& owner = cfg_.tie_embeddings ? blocks_.front() : blocks_.back();
-    sink = owner.grad_of(cfg_.tie_embeddings ? "tok_embeddings" : "output");
-    if (sink.defined() && sink.scalar_type() != (w.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32))
-      sink = torch::Tensor();
+    const char* name = cfg_.tie_embeddings ? "tok_embeddings" : "output";
+    if (grad_into_blocks && w.requires_grad()) {
+      sink = owner.grad_of(name);
+      if (sink.defined() && sink.scalar_type() != (w.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32))
+        sink = torch::Tensor();
+    } else if (!w.requires_grad()) {
+      const Block::RowGrad rows = owner.row_grad(name);  // a vocabulary slice: its rows' only way in
+      sink = rows.sum, first_row = rows.first_row;
+    }
   }
-  return chunked_linear_cross_entropy(hn, w, targets.reshape({-1}), scale, loss_chunk(hn.size(0)), sink);
+  return chunked_linear_cross_entropy(hn, w, targets.reshape({-1}), scale, loss_chunk(hn.size(0)), sink, first_row);
 }
 
 torch::Tensor LlamaModel::loss(const torch::Tensor& batch, int grad_from, const torch::Tensor& below) const {

@@ -84,7 +84,9 @@ class LlamaModel {
   // How the trainer takes a micro-batch's loss: multiplied by `scale` (1/grad_accum) and, with
   // grad_into_blocks, the head weight's gradient added straight into its block's fp32 gradient
   // sum during the forward pass (no bf16 gradient buffer is filled for it); the returned loss
-  // must then be backpropagated as it is, once.
+  // must then be backpropagated as it is, once. A vocabulary slice of the head's matrix (or of a
+  // tied embedding) always takes its rows' gradient that way, whatever grad_into_blocks says,
+  // and the embedding's slice in backward (Block::row_grad).
   struct LossOptions {
     double scale = 1.0;
     bool grad_into_blocks = false;
@@ -116,6 +118,9 @@ class LlamaModel {
 
  private:
   torch::Tensor embed_weight() const;
+  // tokens (B, T) on the compute device -> (B, T, C); while the embedding trains a vocabulary
+  // slice, through the lookup that adds the slice's rows' gradient into its block (block.h: row_grad).
+  torch::Tensor embed(const torch::Tensor& tokens) const;
   torch::Tensor head_weight() const;
   // tokens (B, T) through blocks [0, upto) with no autograd: forward below grad_from.
   torch::Tensor cross_entropy(const torch::Tensor& batch, int grad_from, const torch::Tensor& below,

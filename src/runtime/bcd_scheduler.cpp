@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "memory/planner.h"
 #include "model/llama.h"
 #include "base/error.h"
 
@@ -17,32 +18,11 @@ int TrainUnit::lowest_block() const {
 
 std::vector<TrainUnit> make_units(const LlamaModel& model, const BcdConfig& cfg) {
   std::vector<TrainUnit> units;
-  const int n_blocks = model.n_blocks();
-  const int n_layers = static_cast<int>(model.config().n_layers);
-  if (!cfg.enabled || cfg.blocks == BlockKind::kWhole) {
-    TrainUnit u{"model", {}};
-    for (int i = 0; i < n_blocks; ++i) u.pieces.push_back({i, ""});
-    units.push_back(u);
-    return units;
+  for (const UnitShape& s : unit_shapes(model.config(), cfg)) {
+    TrainUnit u{s.name, {}};
+    for (const UnitPieceShape& p : s.pieces) u.pieces.push_back({p.block, p.part, p.begin, p.end});
+    units.push_back(std::move(u));
   }
-  if (cfg.include_embed) units.push_back({"embed", {{0, ""}}});
-  if (cfg.blocks == BlockKind::kAttnMlp) {
-    for (int l = 0; l < n_layers; ++l)
-      for (const char* part : {"attn", "mlp"})
-        units.push_back({"layer." + std::to_string(l) + "." + part, {{l + 1, part}}});
-  } else {
-    const int g = static_cast<int>(std::min<int64_t>(cfg.layers_per_block, std::max(n_layers, 1)));
-    for (int l = 0; l < n_layers; l += g) {
-      const int end = std::min(n_layers, l + g);
-      TrainUnit u;
-      u.name = end - l == 1 ? "layer." + std::to_string(l)
-                            : "layers." + std::to_string(l) + "-" + std::to_string(end - 1);
-      for (int k = l; k < end; ++k) u.pieces.push_back({k + 1, ""});
-      units.push_back(u);
-    }
-  }
-  if (cfg.include_head) units.push_back({"head", {{n_blocks - 1, ""}}});
-  if (units.empty()) user_error("config: [bcd] leaves no block to train (include_embed/include_head and layers)");
   return units;
 }
 

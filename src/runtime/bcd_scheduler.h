@@ -12,18 +12,22 @@ namespace bcd {
 
 class LlamaModel;
 
+// What a unit trains of one storage block (memory/planner.h: UnitPieceShape).
 struct UnitPiece {
   int block = 0;          // storage block index in the model
-  std::string part;       // "" = the whole storage block, else "attn" / "mlp"
+  std::string part;       // "" = every segment, else "attn" / "mlp"
+  int64_t begin = 0, end = 0;  // elements of the block's flat buffer: the whole block, or a
+                               // vocabulary slice's rows (its gradient buffer spans these only)
 };
 
 struct TrainUnit {
-  std::string name;       // "embed", "layer.3", "layers.0-3", "layer.3.mlp", "head", "model"
+  std::string name;       // "embed", "embed.2", "layer.3", "layers.0-3", "layer.3.mlp", "head", "head.0", "model"
   std::vector<UnitPiece> pieces;
   int lowest_block() const;  // where backward stops (grad_from)
 };
 
-// The partition of the model for `cfg` (with enabled = false: one unit "model").
+// The partition of the model for `cfg` (with enabled = false: one unit "model"): the planner's
+// unit_shapes (memory/planner.h), so the plan and the run agree by construction.
 std::vector<TrainUnit> make_units(const LlamaModel& model, const BcdConfig& cfg);
 
 // Where the schedule is: enough to continue exactly (saved in checkpoints).

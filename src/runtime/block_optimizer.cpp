@@ -37,10 +37,11 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
       for (int s = 0; s < static_cast<int>(blk.segments().size()); ++s) {
         const Segment& seg = blk.segments()[s];
         if (!p.part.empty() && seg.part != p.part) continue;
-        u.segs.push_back({p.block, s, u.elems, seg.numel()});
-        u.elems += seg.numel();
+        const int64_t lo = std::max(seg.begin, p.begin), hi = std::min(seg.end, p.end);  // a slice's rows
+        if (hi <= lo) continue;
+        u.segs.push_back({p.block, s, u.elems, hi - lo, lo - seg.begin});
+        u.elems += hi - lo;
       }
-      if (std::find(u.blocks.begin(), u.blocks.end(), p.block) == u.blocks.end()) u.blocks.push_back(p.block);
     }
     if (u.elems < shard_count_)
       user_error("config: [dist] shard_state: unit {} has {} state elements, fewer than the {} ranks", tu.name,
@@ -48,7 +49,7 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
     u.own = shard_range(u.elems, shard_rank_, shard_count_);
     for (const SegRef& r : u.segs) {  // the owned parts of the segments
       const int64_t lo = std::max(r.offset, u.own.begin), hi = std::min(r.offset + r.numel, u.own.begin + u.own.len);
-      if (hi > lo) u.owned.push_back({r.block, r.segment, lo - u.own.begin, hi - lo, lo - r.offset});
+      if (hi > lo) u.owned.push_back({r.block, r.segment, lo - u.own.begin, hi - lo, r.in_seg + (lo - r.offset)});
     }
     largest = std::max(largest, u.own.len);
     layout_.push_back(std::move(u));
@@ -143,12 +144,10 @@ void BlockAdamW::activate(int unit) {
   active_ = unit;
   has_moments_[unit] = true;
   uint64_t grad = 0;
-  for (int b : layout_[unit].blocks) {
-    const torch::Tensor& d = model_.block(b).data();
-    grad += static_cast<uint64_t>(d.numel() * Block::grad_bytes_per_element(d.scalar_type()));
-  }
+  for (const UnitPiece& p : units_[unit].pieces)
+    grad += static_cast<uint64_t>((p.end - p.begin) * Block::grad_bytes_per_element(model_.block(p.block).data().scalar_type()));
   grad_charge_ = Charge(acct_, Pool::kCompute, static_cast<int>(StateKind::kGrad), grad);
-  for (const UnitPiece& p : units_[unit].pieces) model_.block(p.block).set_trainable(true, p.part);
+  for (const UnitPiece& p : units_[unit].pieces) model_.block(p.block).set_trainable(true, p.part, p.begin, p.end);
   // Which rank owns which range of this unit's gradient: the same for the whole visit.
   const UnitLayout& u = layout_[unit];
   grad_ranges_.clear();
@@ -157,7 +156,8 @@ void BlockAdamW::activate(int unit) {
     for (const SegRef& r : u.segs) {
       const int64_t lo = std::max(r.offset, sr.begin), hi = std::min(r.offset + r.numel, sr.begin + sr.len);
       if (hi > lo)
-        grad_ranges_.push_back({r.block, model_.block(r.block).segments()[r.segment].begin + (lo - r.offset), hi - lo, rank});
+        grad_ranges_.push_back(
+            {r.block, model_.block(r.block).segments()[r.segment].begin + r.in_seg + (lo - r.offset), hi - lo, rank});
     }
   }
 }
@@ -178,7 +178,8 @@ void BlockAdamW::step(double lr) {
     Block& blk = model_.block(r.block);
     const Segment& seg = blk.segments()[r.segment];
     const int64_t at = seg.begin + r.in_seg;  // in the block's flat buffers
-    BCD_CHECK(blk.grad().defined(), "block {} has no gradient", blk.name());
+    BCD_CHECK(blk.grad().defined() && at >= blk.grad_begin() && at + r.numel <= blk.grad_end(),
+              "block {} has no gradient for elements [{}, +{})", blk.name(), at, r.numel);
     AdamWHyper h;
     h.lr = static_cast<float>(lr);
     h.beta1 = static_cast<float>(cfg_.beta1);
@@ -191,7 +192,7 @@ void BlockAdamW::step(double lr) {
     // The gradient is fp32 either way (a bf16 block sums its micro-batches in fp32). bf16 runs:
     // the fp32 master is in the image and the update rounds it into the bf16 working copy.
     // fp32 runs: the working weights are the master.
-    const float* grad = blk.grad().data_ptr<float>() + at;
+    const float* grad = blk.grad().data_ptr<float>() + (at - blk.grad_begin());
     float* master;
     uint16_t* work = nullptr;
     if (separate_master_) {
@@ -343,7 +344,7 @@ SegmentState BlockAdamW::segment_state(int block, int segment) {
         st.master = st.master.clone();
         if (!loaded) {
           const Segment& seg = model_.block(block).segments()[segment];
-          st.master.copy_(model_.block(block).data().narrow(0, seg.begin, seg.numel()));
+          st.master.copy_(model_.block(block).data().narrow(0, seg.begin + r.in_seg, r.numel));
         }
       }
       if (has_moments_[unit]) st.m = st.m.clone(), st.v = st.v.clone(), st.step = steps_[unit];

@@ -93,7 +93,8 @@ class BlockAdamW {
   int64_t moment_bytes() const;
   int64_t unit_moment_bytes(int unit) const;  // 8 bytes/param of the unit's segments when held
 
-  // Segment state by (block index, segment index): views into the compute image for the active
+  // Segment state by (block index, segment index), of the first unit training it (a vocabulary
+  // slice: its rows of the segment): views into the compute image for the active
   // unit, copies read from the home tier otherwise; for tests and checkpoints.
   SegmentState segment_state(int block, int segment);
 
@@ -121,14 +122,13 @@ class BlockAdamW {
   struct SegRef {
     int block, segment;
     int64_t offset, numel;  // in the unit's S elements
-    int64_t in_seg = 0;     // owned pieces: first element within the segment
+    int64_t in_seg = 0;     // first element within the segment (a vocabulary slice, an owned piece)
   };
   struct UnitLayout {
     std::vector<SegRef> segs;
     std::vector<SegRef> owned;  // the parts of segs in `own`, offsets relative to own.begin
     int64_t elems = 0;      // S: the unit's state elements (master, m and v each)
     ShardRange own;         // what this rank holds: its image regions have own.len elements
-    std::vector<int> blocks;  // storage blocks whose gradient buffers the unit needs
   };
   // Element offsets of the image's regions for a unit of S elements.
   int64_t master_at(int64_t) const { return 0; }

@@ -17,10 +17,13 @@ struct GradReducer::Bucket {
   int params = 0;                  // parameters whose gradient lands in it
   int pending = 0;                 // of those, still to come in this backward
   std::vector<GradRange> pieces;   // sharded: the parts of [begin, end) and their owners
+  bool late = false;               // rows of a vocabulary slice (Block::row_grad): no hook says when
+                                   // they are complete, so they start after backward, in finish()
 };
 
 struct GradReducer::State {
   std::vector<const void*> views;  // the trainable parameter views the layout was built for
+  std::vector<int64_t> windows;    // and the trainable blocks' gradient windows (block, begin, end)
   std::vector<GradRange> owners;   // and the owners of their ranges (empty: not sharded)
   std::vector<Bucket> buckets;     // by id (what the hooks name)
   std::vector<size_t> order;       // start order: ids; first the reverse layout, then as observed
@@ -55,20 +58,27 @@ GradReducer::~GradReducer() = default;
 
 void GradReducer::arm(LlamaModel& model, const std::vector<GradRange>& owners) {
   std::vector<const void*> views;
-  for (Block& b : model.blocks())
+  std::vector<int64_t> windows;
+  for (int bi = 0; bi < model.n_blocks(); ++bi) {
+    const Block& b = model.block(bi);
     for (const torch::Tensor& p : b.params())
       if (p.requires_grad()) views.push_back(p.unsafeGetTensorImpl());
-  if (!state_ || state_->views != views || state_->owners != owners) rebuild(model, std::move(views), owners);
+    if (b.trainable()) windows.insert(windows.end(), {bi, b.grad_begin(), b.grad_end()});
+  }
+  if (!state_ || state_->views != views || state_->windows != windows || state_->owners != owners)
+    rebuild(model, std::move(views), std::move(windows), owners);
   for (Bucket& k : state_->buckets) k.pending = k.params;
   state_->next = 0;
   state_->armed = true;
   stats_.started_in_backward = 0;
 }
 
-void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views, const std::vector<GradRange>& owners) {
+void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views, std::vector<int64_t> windows,
+                          const std::vector<GradRange>& owners) {
   state_.reset();  // drops the old accumulators (and hooks) before new ones are made
   auto s = std::make_shared<State>();
   s->views = std::move(views);
+  s->windows = std::move(windows);
   s->owners = owners;
   // Parameters in reverse layout order: backward reaches the last blocks' and the last
   // parameters' gradients first.
@@ -109,6 +119,25 @@ void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views, con
     acc->add_post_hook(std::make_unique<ReadyHook>(this, s, s->buckets.size() - 1));
     s->accumulators.push_back(std::move(acc));
   }
+  // Vocabulary slices: the rows of a matrix the window cuts, in buckets of at most bucket_bytes
+  // (at least one row), after every hooked bucket.
+  for (int bi = model.n_blocks() - 1; bi >= 0; --bi) {
+    Block& b = model.block(bi);
+    if (!b.trainable()) continue;
+    for (const ParamSlot& slot : b.slots()) {
+      if (!b.row_grad(slot.name).sum.defined()) continue;
+      const int64_t row = slot.numel / slot.shape.front();
+      const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes_) / 4 / row) * row;
+      const int64_t lo = std::max(slot.offset, b.grad_begin()), hi = std::min(slot.offset + slot.numel, b.grad_end());
+      for (int64_t at = lo; at < hi; at += per) {
+        Bucket k;
+        k.block = &b;
+        k.begin = at, k.end = std::min(hi, at + per);
+        k.late = true;
+        s->buckets.push_back(k);
+      }
+    }
+  }
   // Sharded: cut each bucket at its owners' ranges (parts no owner covers are not state).
   for (Bucket& k : s->buckets)
     for (const GradRange& o : owners) {
@@ -130,18 +159,20 @@ void GradReducer::ready(size_t bucket) {
   if (!state_->learned) state_->observed.push_back(bucket);
   // Start in order: a bucket that completes early waits for the ones before it.
   State& s = *state_;
-  while (s.next < s.order.size() && s.buckets[s.order[s.next]].pending == 0) start(s.order[s.next++]);
+  while (s.next < s.order.size() && s.buckets[s.order[s.next]].pending == 0 && !s.buckets[s.order[s.next]].late)
+    start(s.order[s.next++]);
 }
 
 void GradReducer::start(size_t bucket) {
   Bucket& k = state_->buckets[bucket];
   torch::NoGradGuard ng;
   k.block->accumulate_grad(k.begin, k.end - k.begin);  // a bf16 block: the final micro-batch into the fp32 sum
-  const torch::Tensor& g = k.block->grad();  // fp32 (a bf16 block's is its fp32 sum)
+  // fp32 (a bf16 block's is its fp32 sum)
   if (state_->owners.empty()) {
-    state_->last_ticket = pg_.start_all_reduce_sum(g.narrow(0, k.begin, k.end - k.begin));
+    state_->last_ticket = pg_.start_all_reduce_sum(k.block->grad_range(k.begin, k.end - k.begin));
   } else {
-    for (const GradRange& p : k.pieces) state_->last_ticket = pg_.start_reduce_sum(g.narrow(0, p.begin, p.len), p.rank);
+    for (const GradRange& p : k.pieces)
+      state_->last_ticket = pg_.start_reduce_sum(k.block->grad_range(p.begin, p.len), p.rank);
   }
   if (state_->armed) ++stats_.started_in_backward;
 }
@@ -157,10 +188,10 @@ void GradReducer::finish() {
   const double inv = 1.0 / static_cast<double>(pg_.world_size());
   for (Bucket& k : state_->buckets) {
     if (s.owners.empty()) {
-      k.block->grad().narrow(0, k.begin, k.end - k.begin).mul_(inv);
+      k.block->grad_range(k.begin, k.end - k.begin).mul_(inv);
     } else {
       for (const GradRange& p : k.pieces)
-        if (p.rank == pg_.rank()) k.block->grad().narrow(0, p.begin, p.len).mul_(inv);
+        if (p.rank == pg_.rank()) k.block->grad_range(p.begin, p.len).mul_(inv);
     }
   }
   if (!s.learned) learn_order();
@@ -172,13 +203,16 @@ void GradReducer::finish() {
 void GradReducer::learn_order() {
   State& s = *state_;
   s.learned = true;
-  if (s.observed.size() != s.buckets.size() || s.observed == s.order) return;
+  std::vector<size_t> order = s.observed;  // the hooked buckets as completed, then the late ones
+  for (size_t id : s.order)
+    if (s.buckets[id].late) order.push_back(id);
+  s.observed.clear();
+  if (order.size() != s.buckets.size() || order == s.order) return;
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the order, cut to 40 bits: exact as a double
-  for (size_t id : s.observed) h = (h ^ id) * 1099511628211ull;
+  for (size_t id : order) h = (h ^ id) * 1099511628211ull;
   const double mine = static_cast<double>(h & ((1ull << 40) - 1));
   const std::vector<double> sum = pg_.sum_over_ranks({mine});
-  if (sum[0] == mine * pg_.world_size()) s.order = s.observed;
-  s.observed.clear();
+  if (sum[0] == mine * pg_.world_size()) s.order = std::move(order);
 }
 
 }  // namespace bcd

@@ -6,7 +6,9 @@
 // match across ranks: the reverse of the layout at first, then the order the first backward
 // completed them in (checked to be the same on every rank).
 // The trainable set changes at every BCD switch, so the buckets are rebuilt whenever the set of
-// trainable parameter views differs from the one they were built for.
+// trainable parameter views (or a block's gradient window) differs from the one they were built for.
+// A vocabulary slice's rows are added into its gradient by the model's own code, not through a
+// parameter's accumulator (model/block.h: row_grad): their buckets go last, started after backward.
 // Sharded optimizer state: a bucket is not all-reduced but each of its pieces is reduced into the
 // rank that owns that piece of the unit (one collective per owner the bucket spans: the bucket
 // layout does not depend on the shards); only the owners' pieces hold the mean afterwards. A
@@ -53,7 +55,8 @@ class GradReducer {
   struct Bucket;
   struct State;
   class ReadyHook;
-  void rebuild(LlamaModel& model, std::vector<const void*> views, const std::vector<GradRange>& owners);
+  void rebuild(LlamaModel& model, std::vector<const void*> views, std::vector<int64_t> windows,
+               const std::vector<GradRange>& owners);
   void ready(size_t bucket);
   void start(size_t bucket);
   void learn_order();
