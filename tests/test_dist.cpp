@@ -633,6 +633,10 @@ INSTANTIATE_TEST_SUITE_P(
         Variant{"BcdResetReplicated", "--bcd.state_on_switch=reset --dist.shard_state=false"},
         Variant{"BcdKeepNvme", "--bcd.state_on_switch=keep --bcd.order=ascending"},
         Variant{"BcdKeepNvmeReplicated", "--bcd.state_on_switch=keep --dist.shard_state=false"},
+        // Vocabulary slices: their rows' gradients reach the reducer outside autograd's hooks (the
+        // last visit's head.2 holds the final norm, whose bucket goes out in backward).
+        Variant{"BcdKeepVocabSlices", "--bcd.state_on_switch=keep --bcd.vocab_slices=3 --bcd.order=fixed "
+                                      "--bcd.fixed_order='[\"embed.0\", \"head.1\", \"embed.2\", \"head.2\"]'"},
         // The loss divides by the global batch's count of answer tokens, not each rank's own.
         Variant{"BcdKeepInstructionData", "--bcd.state_on_switch=keep --data.path=@INST@"},
         Variant{"FullAdamW", "--bcd.enabled=false"},

@@ -107,6 +107,17 @@ TEST_F(MemoryRun, PlannerMatchesAccountingOnTheTinyConfig) {
   expect_plan_matches(run("plan-tiny"), ov);
 }
 
+TEST_F(MemoryRun, PlannerMatchesAccountingWithVocabularySlices) {
+  // embed.0-2, layers.0-1, layers.2-3, head.0-2, each visited once: a slice's gradient is its rows
+  const std::vector<std::string> ov = {"--train.steps=8", "--bcd.switch_every=1", "--bcd.order=ascending",
+                                       "--bcd.vocab_slices=3", "--train.batch_size=2", "--train.seq_len=32"};
+  std::string args;
+  for (const auto& o : ov) args += " " + o;
+  auto r = train("plan-slices", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_plan_matches(run("plan-slices"), ov);
+}
+
 TEST_F(MemoryRun, PlannerMatchesAccountingOn12LayersWithHostAndNvme) {
   // host memory for a few units' state; the rest on NVMe
   const std::vector<std::string> ov = {"--model.n_layers=12",    "--model.d_model=128",   "--model.d_ff=384",
