@@ -2,8 +2,11 @@
 // tier placement rules, budgets and the `bcdtrain plan` command on the shipped configs. The
 // weight stream's plans are in test_planner_stream.cpp.
 #include <fmt/format.h>
-#include <filesystem>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
 
 #include "memory/planner.h"
 #include "model/llama.h"
@@ -368,6 +371,7 @@ TEST(PlannerCli, ShippedConfigsFit) {
     bool streams;
   };
   for (const Case c : {Case{"configs/llama2-7b-1x4090.toml", "", false}, Case{"configs/llama3-8b-4x4090.toml", "", false},
+                       Case{"configs/llama3-8b-1x4090.toml", "", false},
                        Case{"configs/llama2-7b-lowram.toml", "", false}, Case{"configs/llama2-13b-1x4090.toml", "", true},
                        Case{"configs/llama2-70b-4x4090.toml", "", true}}) {
     const auto r = test::run_bcdtrain("plan --config " + test::source_path(c.file) + c.args);
@@ -379,6 +383,26 @@ TEST(PlannerCli, ShippedConfigsFit) {
       EXPECT_NE(r.output.find("\n  keeps up: "), std::string::npos) << c.file << "\n" << r.output;
     }
   }
+}
+
+// Llama-3-8B on one 24 GiB card with every block trained: the embedding and the head are among the
+// units (as vocabulary slices), and the plan leaves headroom on the GPU.
+TEST(PlannerCli, Llama3On1x4090TrainsEveryBlockWithHeadroom) {
+  const auto r = test::run_bcdtrain("plan --config " + test::source_path("configs/llama3-8b-1x4090.toml"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("40 BCD unit(s); largest unit 'layer.0'"), std::string::npos) << r.output;
+  const size_t at = r.output.find("\ncompute ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::istringstream row(r.output.substr(at + 9, r.output.find('\n', at + 1) - at - 9));
+  std::vector<double> cols;
+  for (double x; row >> x;) cols.push_back(x);
+  ASSERT_EQ(cols.size(), 10u) << r.output;
+  EXPECT_GE(cols[9], 3.0) << "GiB of headroom on the GPU";
+  const Config cfg = load_config(test::source_path("configs/llama3-8b-1x4090.toml"), {});
+  std::vector<std::string> names;
+  for (const UnitShape& u : unit_shapes(cfg.model, cfg.bcd)) names.push_back(u.name);
+  for (const char* u : {"embed.0", "embed.3", "layer.31", "head.0", "head.3"})
+    EXPECT_NE(std::find(names.begin(), names.end(), u), names.end()) << u;
 }
 
 // `plan` and a run plan through one function (runtime/run_plan.h): for every shipped config, the
@@ -404,7 +428,7 @@ TEST(PlannerCli, PlanAndARunPrintTheSamePlanForEveryShippedConfig) {
     EXPECT_EQ(plan.exit_code, run.exit_code) << e.path();
     EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << "a dry run wrote its run directory";
   }
-  EXPECT_EQ(n, 7) << "configs/ holds another number of configs: this test covers them all";
+  EXPECT_EQ(n, 8) << "configs/ holds another number of configs: this test covers them all";
 }
 
 TEST(PlannerCli, SmallGpuIsRefusedNamingCompute) {

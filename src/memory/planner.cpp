@@ -1,4 +1,4 @@
-// Memory planner: block layouts from the model shape, BCD units, home tiers and budget checks.
+// Memory planner: activations, home tiers and budget checks (the shapes it plans: shapes.cpp).
 #include "memory/planner.h"
 #include "memory/plan_detail.h"
 
@@ -14,51 +14,12 @@ namespace bcd {
 
 namespace {
 
-// Block::kAlign, repeated here so that this file needs no torch header; test_planner checks
-// the layouts against real Blocks, so a change there fails loudly.
-constexpr int64_t kAlign = 16;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 // Bytes from a floating-point estimate, held below 2^62 so that sums of a few never wrap.
 uint64_t saturated_bytes(double b) {
   constexpr double kMax = static_cast<double>(uint64_t{1} << 62);
   return b >= kMax ? uint64_t{1} << 62 : static_cast<uint64_t>(std::max(b, 0.0));
-}
-
-
-struct Slot {
-  int64_t numel;
-  bool decay;
-  std::string part;
-};
-
-// The same grouping as Block's constructor: by part in order of first appearance, decayed
-// before not decayed within a part, each run padded to kAlign.
-BlockShape layout(std::string name, const std::vector<Slot>& slots) {
-  std::vector<std::string> order;
-  for (const auto& s : slots)
-    if (std::find(order.begin(), order.end(), s.part) == order.end()) order.push_back(s.part);
-  auto rank = [&](const Slot& s) {
-    return 2 * (std::find(order.begin(), order.end(), s.part) - order.begin()) + (s.decay ? 0 : 1);
-  };
-  std::vector<Slot> sorted = slots;
-  std::stable_sort(sorted.begin(), sorted.end(), [&](const Slot& a, const Slot& b) { return rank(a) < rank(b); });
-  BlockShape b;
-  b.name = std::move(name);
-  int64_t off = 0;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (i == 0 || rank(sorted[i]) != rank(sorted[i - 1])) {
-      off = round_up(off, kAlign);
-      if (!b.segments.empty()) b.segments.back().end = off;
-      b.segments.push_back({sorted[i].part, sorted[i].decay, off, off});
-    }
-    off += sorted[i].numel;
-    b.params += sorted[i].numel;
-  }
-  b.numel = round_up(off, kAlign);
-  if (!b.segments.empty()) b.segments.back().end = b.numel;
-  return b;
 }
 
 }  // namespace
@@ -76,136 +37,6 @@ std::string gib(uint64_t b) {
 }  // namespace plan_detail
 
 using namespace plan_detail;
-
-// ---- Shapes ----
-
-// A shape from a flag or a file is refused before anything is sized by it when no machine could
-// hold it: element counts must stay far from int64 overflow and the per-block tables small.
-void check_shape_bounds(const ModelConfig& cfg) {
-  constexpr int64_t kMaxLayers = int64_t{1} << 16;
-  constexpr double kMaxElems = static_cast<double>(int64_t{1} << 50);  // 4 PiB of fp32
-  if (cfg.n_layers > kMaxLayers)
-    user_error("model: n_layers {} is beyond any model a machine holds (at most {})", cfg.n_layers, kMaxLayers);
-  const double params = cfg.n_params(), d = static_cast<double>(cfg.head_dim());
-  if (params > kMaxElems)
-    user_error("model: {} layers of d_model {}, d_ff {} with vocab_size {} make {:.3g} parameters, beyond any "
-               "machine (at most 2^50)",
-               cfg.n_layers, cfg.d_model, cfg.ff_dim(), cfg.vocab_size, params);
-  if (static_cast<double>(cfg.max_seq_len) * d > kMaxElems)
-    user_error("model: max_seq_len {} makes rotary tables of {:.3g} elements, beyond any machine", cfg.max_seq_len,
-               static_cast<double>(cfg.max_seq_len) * d);
-}
-
-std::vector<BlockShape> block_shapes(const ModelConfig& cfg) {
-  if (cfg.vocab_size <= 0) user_error("plan: [model] vocab_size must be set (> 0) to plan memory");
-  check_shape_bounds(cfg);
-  // C = d_model, D = head dim, H = heads, KV = kv heads, F = d_ff, V = vocabulary (LlamaModel)
-  const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
-  const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
-  std::vector<BlockShape> out;
-  out.push_back(layout("embed", {{v * c, true, ""}}));
-  for (int64_t i = 0; i < cfg.n_layers; ++i) {
-    std::vector<Slot> s = {{c, false, "attn"}, {h * d * c, true, "attn"}, {kv * d * c, true, "attn"},
-                           {kv * d * c, true, "attn"}, {c * h * d, true, "attn"}};
-    if (cfg.qkv_bias) {
-      s.push_back({h * d, false, "attn"});
-      s.push_back({kv * d, false, "attn"});
-      s.push_back({kv * d, false, "attn"});
-    }
-    s.push_back({c, false, "mlp"});
-    s.push_back({f * c, true, "mlp"});
-    s.push_back({f * c, true, "mlp"});
-    s.push_back({c * f, true, "mlp"});
-    out.push_back(layout("layer." + std::to_string(i), s));
-  }
-  std::vector<Slot> head = {{c, false, ""}};
-  if (!cfg.tie_embeddings) head.push_back({v * c, true, ""});
-  out.push_back(layout("head", head));
-  return out;
-}
-
-int64_t count_params(const ModelConfig& cfg) {
-  int64_t n = 0;
-  for (const auto& b : block_shapes(cfg)) n += b.params;
-  return n;
-}
-
-std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cfg) {
-  const std::vector<BlockShape> blocks = block_shapes(model);
-  const int n_blocks = static_cast<int>(blocks.size());
-  const int n_layers = static_cast<int>(model.n_layers);
-  auto whole = [&](int b, std::string part = "") { return UnitPieceShape{b, std::move(part), 0, blocks[b].numel}; };
-  std::vector<UnitShape> units;
-  // Vocabulary slices of the matrix that starts at element `at` of block `b`: slice k is rows
-  // [vocab_slice_row(k), vocab_slice_row(k + 1)); the last runs on to the block's end.
-  const int64_t v = model.vocab_size, c = model.d_model, n = cfg.vocab_slices;
-  auto slices = [&](const std::string& name, int b, int64_t at, int first_layer) {
-    if (n == 1) {
-      units.push_back({name, {whole(b)}, first_layer, 0, 0});
-      return;
-    }
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t begin = at + cfg.vocab_slice_row(v, k) * c;
-      const int64_t end = k + 1 == n ? blocks[b].numel : at + cfg.vocab_slice_row(v, k + 1) * c;
-      units.push_back({name + "." + std::to_string(k), {{b, "", begin, end}}, first_layer, 0, 0});
-    }
-  };
-  if (!cfg.enabled || cfg.blocks == BlockKind::kWhole) {
-    UnitShape u{"model", {}, 0, 0, 0};
-    for (int i = 0; i < n_blocks; ++i) u.pieces.push_back(whole(i));
-    units.push_back(u);
-  } else {
-    if (n > v)
-      user_error("config: [bcd] vocab_slices: {} slices of a vocabulary of {} rows; expected at most {}", n, v, v);
-    if (cfg.include_embed) slices("embed", 0, 0, 0);
-    if (cfg.blocks == BlockKind::kAttnMlp) {
-      for (int l = 0; l < n_layers; ++l)
-        for (const char* part : {"attn", "mlp"})
-          units.push_back({"layer." + std::to_string(l) + "." + part, {whole(l + 1, part)}, l, 0, 0});
-    } else {
-      const int g = static_cast<int>(std::min<int64_t>(cfg.layers_per_block, std::max(n_layers, 1)));
-      for (int l = 0; l < n_layers; l += g) {
-        const int end = std::min(n_layers, l + g);
-        UnitShape u;
-        u.name = end - l == 1 ? "layer." + std::to_string(l)
-                              : "layers." + std::to_string(l) + "-" + std::to_string(end - 1);
-        u.first_layer = l;
-        for (int k = l; k < end; ++k) u.pieces.push_back(whole(k + 1));
-        units.push_back(u);
-      }
-    }
-    if (cfg.include_head) {
-      // The head's matrix (untied) is its decayed segment; tied, the head is the final norm alone.
-      const BlockShape& head = blocks[n_blocks - 1];
-      if (model.tie_embeddings) units.push_back({"head", {whole(n_blocks - 1)}, n_layers, 0, 0});
-      else slices("head", n_blocks - 1, head.segments.front().begin, n_layers);
-    }
-    if (units.empty()) user_error("config: [bcd] leaves no block to train (include_embed/include_head and layers)");
-  }
-  for (auto& u : units) {
-    for (const auto& p : u.pieces) {
-      for (const auto& s : blocks[p.block].segments)
-        if (p.part.empty() || s.part == p.part)
-          u.state_elems += std::max<int64_t>(0, std::min(s.end, p.end) - std::max(s.begin, p.begin));
-      u.grad_elems += p.end - p.begin;
-    }
-  }
-  return units;
-}
-
-uint64_t rope_table_bytes(const ModelConfig& m, Dtype dtype) {
-  const uint64_t w = dtype == Dtype::kBf16 ? 2 : 4;
-  return 2 * static_cast<uint64_t>(m.max_seq_len) * static_cast<uint64_t>(m.head_dim()) * w;
-}
-
-ShardRange shard_range(int64_t elems, int rank, int ranks) {
-  BCD_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard_range: rank {} of {}", rank, ranks);
-  ShardRange r;
-  r.chunk = (elems + ranks - 1) / ranks;
-  r.begin = std::min<int64_t>(static_cast<int64_t>(rank) * r.chunk, elems);
-  r.len = std::min<int64_t>(r.chunk, elems - r.begin);
-  return r;
-}
 
 // ---- Activations ----
 
