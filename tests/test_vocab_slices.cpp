@@ -132,6 +132,29 @@ TEST(VocabSlices, AnUpdateMovesItsRowsOnly) {
   }
 }
 
+// A slice's gradient is the same bits every time, with many repeated tokens and enough of them for
+// LibTorch to split the work over threads (the bitwise resume rests on it).
+TEST(VocabSlices, TheGradientIsTheSameBitsEveryTime) {
+  ModelConfig cfg = slice_model(true);
+  cfg.vocab_size = 16;  // 1,024 tokens over 16 rows: every row repeated 64 times
+  cfg.max_seq_len = 256;
+  LlamaModel model(cfg, torch::kFloat32, 7);
+  torch::manual_seed(11);
+  const torch::Tensor batch = torch::randint(0, cfg.vocab_size, {4, 257}, torch::kInt64);
+  BcdConfig bc;
+  bc.enabled = true;
+  bc.vocab_slices = 2;
+  const TrainUnit slice = make_units(model, bc).front();  // embed.0
+  ASSERT_EQ(slice.name, "embed.0");
+  model.block(0).set_trainable(true, "", slice.pieces[0].begin, slice.pieces[0].end);
+  loss_backward(model, batch);
+  const torch::Tensor first = model.block(0).grad().clone();
+  for (int i = 0; i < 3; ++i) {
+    loss_backward(model, batch);
+    EXPECT_TRUE(torch::equal(model.block(0).grad(), first)) << "try " << i;
+  }
+}
+
 // The Llama 3 vocabulary (128,256 rows) in a tiny model: every embedding and head slice trains by
 // BCD, and N steps, a checkpoint, a resume and the rest equal the run straight through, bit for bit.
 TEST(VocabSlicesRun, Llama3VocabularySlicesTrainAndResumeExactly) {

@@ -132,8 +132,9 @@ void Block::set_trainable(bool trainable, const std::string& part, int64_t begin
       const bool cut = !whole && s.offset < end && s.offset + s.numel > begin;
       if (cut) {
         const int64_t row = s.numel / s.shape.front();
-        BCD_CHECK((std::max(begin, s.offset) - s.offset) % row == 0 && (std::min(end, s.offset + s.numel) - s.offset) % row == 0,
-                  "block {}: trainable window [{}, {}) cuts {} between rows", name_, begin, end, s.name);
+        const int64_t first = std::max(begin, s.offset) - s.offset, last = std::min(end, s.offset + s.numel) - s.offset;
+        BCD_CHECK(first % row == 0 && last % row == 0, "block {}: trainable window [{}, {}) cuts {} within a row",
+                  name_, begin, end, s.name);
       }
       const bool on = whole && (part.empty() || s.part == part);
       p.mutable_grad() = torch::Tensor();

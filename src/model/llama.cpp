@@ -146,7 +146,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 // torch::embedding; backward adds the output gradient of the tokens in the slice's rows into the
 // slice's gradient sum (fp32) and returns none for the weight, whose other rows are frozen: no
 // V x C gradient exists. Out-of-slice tokens add zero rows (no data-dependent shapes, so no
-// device sync); index_put_ with accumulate sums repeated tokens in a fixed order on CPU and CUDA.
+// device sync); repeated tokens are summed in a fixed order (bitwise resume).
 // `anchor`, an empty tensor that requires grad, is what makes the output require grad.
 struct SliceEmbedding : public torch::autograd::Function<SliceEmbedding> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor anchor, torch::Tensor weight,
@@ -167,8 +167,13 @@ struct SliceEmbedding : public torch::autograd::Function<SliceEmbedding> {
     torch::NoGradGuard ng;
     const torch::Tensor in = (tokens >= first) & (tokens < first + sum.size(0));
     const torch::Tensor rows = torch::where(in, tokens - first, torch::zeros_like(tokens));
-    const torch::Tensor g = grad_out[0].reshape({-1, sum.size(1)}).to(sum.scalar_type()) * in.unsqueeze(1).to(sum.scalar_type());
-    sum.index_put_({rows}, g, /*accumulate=*/true);
+    const auto acc = sum.scalar_type();
+    const torch::Tensor g = grad_out[0].reshape({-1, sum.size(1)}).to(acc) * in.unsqueeze(1).to(acc);
+    // Both sum repeated rows in a fixed order: CUDA's index_put_ with accumulate sorts the indices
+    // (its index_add_ uses atomics); the CPU's index_add_ adds them in index order (its
+    // index_put_ with accumulate uses parallel atomics on large fp32 inputs).
+    if (sum.is_cuda()) sum.index_put_({rows}, g, /*accumulate=*/true);
+    else sum.index_add_(0, rows, g);
     return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -407,8 +412,8 @@ torch::Tensor LlamaModel::cross_entropy(const torch::Tensor& batch_in, int grad_
     const char* name = cfg_.tie_embeddings ? "tok_embeddings" : "output";
     if (grad_into_blocks && w.requires_grad()) {
       sink = owner.grad_of(name);
-      if (sink.defined() && sink.scalar_type() != (w.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32))
-        sink = torch::Tensor();
+      const auto acc = w.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+      if (sink.defined() && sink.scalar_type() != acc) sink = torch::Tensor();
     } else if (!w.requires_grad()) {
       const Block::RowGrad rows = owner.row_grad(name);  // a vocabulary slice: its rows' only way in
       sink = rows.sum, first_row = rows.first_row;
