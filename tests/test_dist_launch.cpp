@@ -1,0 +1,315 @@
+// Where ranks come from (torchrun and Slurm variables, `bcdtrain launch`), and ranks that do not
+// agree on the run: refused before anyone trains. Training on several ranks: test_dist.cpp.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/socket.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "io/checkpoint.h"
+#include "model/llama.h"
+#include "model/weights.h"
+#include "runtime/launcher.h"
+#include "runtime/process_group.h"
+#include "runtime/run_identity.h"
+#include "runtime/run_setup.h"
+#include "dist_test_helpers.h"
+#include "test_util.h"
+
+namespace bcd {
+namespace {
+
+using namespace disttest;
+using test::error_of;
+namespace fs = std::filesystem;
+
+// ---- Where ranks come from ----
+
+
+TEST(DistEnv, NoVariablesIsOneRank) {
+  ScopedEnv env({});
+  const DistEnv d = DistEnv::from_environment();
+  EXPECT_EQ(d.rank, 0);
+  EXPECT_EQ(d.world_size, 1);
+  EXPECT_EQ(d.local_world_size, 1);
+}
+
+TEST(DistEnv, TorchrunVariables) {
+  ScopedEnv env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+                 {"MASTER_ADDR", "node07"}, {"MASTER_PORT", "29411"}});
+  const DistEnv d = DistEnv::from_environment();
+  EXPECT_EQ(d.rank, 5);
+  EXPECT_EQ(d.world_size, 8);
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_world_size, 4);
+  EXPECT_EQ(d.master_addr, "node07");
+  EXPECT_EQ(d.master_port, 29411);
+}
+
+TEST(DistEnv, SlurmVariables) {
+  ScopedEnv env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
+                 {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "gpu[07-08]"}, {"SLURM_JOB_ID", "123456"}});
+  const DistEnv d = DistEnv::from_environment();
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.world_size, 4);
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_world_size, 2);
+  EXPECT_EQ(d.master_addr, "gpu07");
+  EXPECT_EQ(d.master_port, 29500 + 456);
+}
+
+TEST(DistEnv, FirstSlurmHost) {
+  EXPECT_EQ(first_slurm_host("node1"), "node1");
+  EXPECT_EQ(first_slurm_host("node1,node2"), "node1");
+  EXPECT_EQ(first_slurm_host("gpu[03-05,09],cpu1"), "gpu03");
+  EXPECT_EQ(first_slurm_host("gpu[11,12]"), "gpu11");
+  EXPECT_EQ(first_slurm_host("rack[2]-n[1-4]"), "rack2-n[1-4]");
+  EXPECT_NE(error_of([] { first_slurm_host("gpu[03-05"); }).find("unbalanced"), std::string::npos);
+}
+
+TEST(DistEnv, BadVariablesNameTheVariable) {
+  {
+    ScopedEnv env({{"RANK", "one"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("RANK=\"one\""), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("rank 2 is outside the world of 2"), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("MASTER_ADDR is not set"), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("RANK is not"), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
+    EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("MASTER_PORT=70000"), std::string::npos);
+  }
+}
+
+// Each local rank computes on a GPU of its own: its LOCAL_RANK when it sees them all (launch,
+// torchrun), the one it sees when it was given one (Slurm --gpus-per-task); ranks that would share
+// a GPU are refused by name (NCCL allows one rank per GPU in a communicator).
+TEST(DistEnv, EachLocalRankGetsItsOwnGpu) {
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cuda_device_for_rank(r, 4, 4), r);
+  EXPECT_EQ(cuda_device_for_rank(1, 2, 8), 1);
+  EXPECT_EQ(cuda_device_for_rank(0, 1, 2), 0);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cuda_device_for_rank(r, 4, 1), 0);
+  const std::string err = error_of([] { cuda_device_for_rank(3, 4, 2); });
+  EXPECT_NE(err.find("4 ranks on this machine but 2 GPUs visible to local rank 3"), std::string::npos) << err;
+  EXPECT_THROW(cuda_device_for_rank(4, 4, 4), InternalError);
+}
+
+TEST(Launch, ParsesItsOptionsAndLeavesTheCommand) {
+  test::TempDir dir("bcd-launch-parse");
+  const std::string cfg = dir.file("c.toml");
+  test::write_text(cfg, "[train]\nsteps = 3\n");
+  LaunchOptions o;
+  const auto cmd = parse_launch_args({"--nproc", "4", "--oversubscribe", "--master-port=29555", "train", "--config", cfg,
+                                      "--train.steps=3"}, o);
+  EXPECT_EQ(o.nproc, 4);
+  EXPECT_TRUE(o.oversubscribe);
+  EXPECT_EQ(o.master_port, 29555);
+  EXPECT_EQ(cmd, (std::vector<std::string>{"train", "--config", cfg, "--train.steps=3"}));
+  LaunchOptions m;
+  const auto cmd2 = parse_launch_args({"--nnodes", "2", "--node-rank", "1", "--nproc", "2", "--master-addr", "n0",
+                                       "--master-port", "29500", "--", "train", "--resume", dir.path()}, m);
+  EXPECT_EQ(m.nnodes, 2);
+  EXPECT_EQ(m.node_rank, 1);
+  EXPECT_EQ(m.master_addr, "n0");
+  EXPECT_EQ(cmd2, (std::vector<std::string>{"train", "--resume", dir.path()}));
+}
+
+// A config written for N ranks says so ([dist] nproc): launch without --nproc starts that many,
+// with the command's overrides applied; --nproc wins; a command without a config is one rank.
+TEST(Launch, WithoutNprocTheConfigsDistNprocIsTaken) {
+  test::TempDir dir("bcd-launch-nproc");
+  const std::string cfg = dir.file("c.toml");
+  test::write_text(cfg, "[dist]\nnproc = 3\n");
+  LaunchOptions a, b, c, d;
+  parse_launch_args({"--oversubscribe", "train", "--config", cfg, "--train.steps=3"}, a);
+  EXPECT_EQ(a.nproc, 3);
+  parse_launch_args({"train", "--config=" + cfg, "--dist.nproc=2"}, b);
+  EXPECT_EQ(b.nproc, 2);
+  parse_launch_args({"--nproc", "1", "train", "--config", cfg}, c);
+  EXPECT_EQ(c.nproc, 1);
+  parse_launch_args({"train", "--resume", dir.path()}, d);
+  EXPECT_EQ(d.nproc, 1);
+  LaunchOptions e;
+  EXPECT_NE(error_of([&] { parse_launch_args({"train", "--config", cfg, "--dist.nproc=0"}, e); }).find("[dist] nproc"),
+            std::string::npos);
+}
+
+// More ranks than the machine has cores (a CPU run) are refused at once, before any rank starts,
+// unless --oversubscribe asks for them: `launch --nproc 1000` once spawned ranks for minutes.
+TEST(Launch, MoreRanksThanTheMachineHoldsNeedOversubscribe) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::run_bcdtrain("launch --nproc 1000 train --config " + test::source_path("configs/tiny.toml"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("launch: 1000 ranks on a machine with " + std::to_string(cores) + " cores"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--oversubscribe"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("bcdtrain launch: rank"), std::string::npos) << "a rank was started:\n" << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));  // refused, not spawned
+  LaunchOptions o;
+  parse_launch_args({"--nproc", std::to_string(cores + 1), "--oversubscribe", "train", "--config",
+                     test::source_path("configs/tiny.toml")}, o);
+  EXPECT_EQ(o.nproc, cores + 1);
+}
+
+TEST(Launch, BadOptionsAreRefused) {
+  LaunchOptions o;
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "0", "train"}, o); }).find("--nproc: expected an integer from 1 to 1024, got 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2"}, o); }).find("no command"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nnodes", "2", "--nproc", "2", "train"}, o); }).find("--master-port"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nnodes", "2", "--node-rank", "2", "--master-port", "1", "train"}, o); })
+                .find("--node-rank 2"),
+            std::string::npos);
+  // Only train runs on every rank: another command (or an unknown one) starts no rank.
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2", "eval", "--run", "r"}, o); })
+                .find("launch: runs `train` on every rank; `eval` is meant to run once"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2", "nonsense"}, o); }).find("`nonsense`"), std::string::npos);
+  // A config that cannot be read is refused by the launcher, before any rank starts.
+  auto r = test::run_bcdtrain("launch --nproc 2 train --config /no/such.toml");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("/no/such.toml: cannot open config file"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("bcdtrain launch: rank"), std::string::npos) << r.output;
+}
+
+
+
+// A --master-port something else listens on: refused in one line naming the port and what
+// happened, before any rank starts (it used to be 15 lines: c10d's retries and backtraces, and "failed
+// within 15 s" for a failure at once). A rank 0 started by hand on that port says the same in one
+// line of its own.
+TEST(Launch, ABusyMasterPortIsOneLineNamingThePort) {
+  test::TempDir dir("bcd-launch-port");
+  HeldPort busy;
+  const std::string p = std::to_string(busy.port());
+  const std::string train = "train --quiet --config " + test::source_path("configs/tiny.toml") +
+                            " --train.run_dir=" + dir.file("run") + " --dist.timeout_s=15";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::run_bcdtrain("launch --nproc 2 --master-port " + p + " " + train);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  ASSERT_EQ(lines_of(r.output).size(), 1u) << r.output;
+  EXPECT_NE(r.output.find("port " + p + " is in use"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("127.0.0.1:" + p), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("within"), std::string::npos) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "refused at once";
+
+  ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", p}});
+  const auto h = test::run_bcdtrain(train);
+  EXPECT_EQ(h.exit_code, 2) << h.output;
+  ASSERT_EQ(lines_of(h.output).size(), 1u) << h.output;
+  EXPECT_NE(h.output.find("rank 0 could not listen on 127.0.0.1:" + p + " for the rendezvous (RANK/WORLD_SIZE): port " +
+                          p + " is in use"),
+            std::string::npos)
+      << h.output;
+  EXPECT_EQ(h.output.find("within"), std::string::npos) << h.output;
+}
+
+
+// SIGTERM while launch is still starting ranks (BCD_LAUNCH_SPAWN_DELAY_MS holds it there): it
+// starts no more, passes the signal to those it started (waiting in the rendezvous for the rest)
+// and ends at once with 128 + SIGTERM, leaving no rank behind.
+TEST(Launch, ASignalWhileStartingRanksStopsTheStartAndEveryRankStarted) {
+  test::TempDir dir("bcd-launch-signal");
+  ::setenv("BCD_LAUNCH_SPAWN_DELAY_MS", "500", 1);
+  test::Background bg("launch --nproc 6 --oversubscribe train --quiet --config " +
+                          test::source_path("configs/tiny.toml") + " --train.run_dir=" + dir.file("run") +
+                          " --dist.timeout_s=60",
+                      dir.file("launch.log"));
+  ::unsetenv("BCD_LAUNCH_SPAWN_DELAY_MS");
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 2000 && ranks.size() < 2; ++i) {  // the moment: two ranks started, four to go
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ranks = children_of(bg.pid);
+  }
+  ASSERT_GE(ranks.size(), 2u) << test::read_text(dir.file("launch.log"));
+  ASSERT_EQ(kill(bg.pid, SIGTERM), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = bg.wait();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = test::read_text(dir.file("launch.log"));
+  EXPECT_EQ(code, 128 + SIGTERM) << log;
+  EXPECT_LT(waited, 5.0) << log;
+  EXPECT_NE(log.find("while starting ranks ("), std::string::npos) << log;
+  EXPECT_EQ(log.find("(6 of 6 started)"), std::string::npos) << "it went on starting ranks: " << log;
+  for (pid_t p : ranks) EXPECT_NE(kill(p, 0), 0) << "rank pid " << p << " is still there";
+}
+
+// ---- Ranks agree or nobody starts ----
+
+TEST(RankAgreement, RanksReadAsRanges) {
+  EXPECT_EQ(rank_ranges({1}), "rank 1");
+  EXPECT_EQ(rank_ranges({0, 1}), "ranks 0-1");
+  EXPECT_EQ(rank_ranges({3, 0, 2}), "ranks 0, 2-3");
+  EXPECT_EQ(rank_ranges({0, 2, 3, 4, 7, 9, 10}), "ranks 0, 2-4, 7, 9-10");
+}
+
+TEST(RankAgreement, DifferencesNameTheKeyTheValuesAndTheRanks) {
+  const RankFacts a = {{"model.n_layers", "4"}, {"train.lr", "0.002"}};
+  const RankFacts b = {{"model.n_layers", "4"}, {"train.lr", "0.5"}};
+  EXPECT_EQ(rank_differences({a, a, a}), "");
+  EXPECT_EQ(rank_differences({a, b, a, a}), "train.lr: 0.002 on ranks 0, 2-3; 0.5 on rank 1");
+  const RankFacts c = {{"model.n_layers", "2"}, {"train.lr", "0.5"}};
+  EXPECT_EQ(rank_differences({a, c}),
+            "model.n_layers: 4 on rank 0; 2 on rank 1 | train.lr: 0.002 on rank 0; 0.5 on rank 1");
+  EXPECT_EQ(rank_differences({a, c}, 1), "model.n_layers: 4 on rank 0; 2 on rank 1 | and 1 more keys");
+  // A key one rank does not name; a value with a newline stays on one line.
+  EXPECT_EQ(rank_differences({a, {{"model.n_layers", "4"}}}), "train.lr: 0.002 on rank 0; (not given) on rank 1");
+  const RankFacts d = {{"train.run_dir", "'a\nb'"}};
+  EXPECT_EQ(rank_differences({d, {{"train.run_dir", "'a'"}}}), "train.run_dir: 'a\\nb' on rank 0; 'a' on rank 1");
+}
+
+// Only what describes one rank's machine may differ (threads, the device's peak, [memory], ranks
+// per machine): placement keys every one (a resume may change them), none of what the ranks
+// compute together or where the run's files go.
+TEST(RankAgreement, PerRankKeysDescribeOneRanksMachine) {
+  std::map<std::string, Resume> resume;
+  for (const auto& [key, r] : resume_classes()) resume[key] = r;
+  int per_rank = 0;
+  for (const auto& [key, r] : resume)
+    if (is_per_rank_key(key)) {
+      ++per_rank;
+      EXPECT_EQ(r, Resume::kPlacement) << key;
+    }
+  EXPECT_GE(per_rank, 4);
+  for (const char* key :
+       {"train.threads", "train.peak_tflops", "dist.nproc", "memory.host_bytes", "memory.nvme_paths"}) {
+    EXPECT_TRUE(resume.count(key)) << key;
+    EXPECT_TRUE(is_per_rank_key(key)) << key;
+  }
+  for (const char* key : {"train.lr", "train.grad_clip", "train.run_dir", "train.seed", "model.n_layers",
+                          "model.init_from", "data.path", "dist.bucket_bytes", "dist.backend", "train.device",
+                          "train.checkpoint_every"})
+    EXPECT_FALSE(is_per_rank_key(key)) << key;
+  EXPECT_EQ(binary_identity().rfind("build-id ", 0), 0u) << binary_identity();
+}
+
+}  // namespace
+}  // namespace bcd
