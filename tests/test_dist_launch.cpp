@@ -1,31 +1,17 @@
 // Where ranks come from (torchrun and Slurm variables, `bcdtrain launch`), and ranks that do not
 // agree on the run: refused before anyone trains. Training on several ranks: test_dist.cpp.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
-#include <sys/socket.h>
-#include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <optional>
-#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "base/config.h"
 #include "base/error.h"
-#include "io/checkpoint.h"
-#include "model/llama.h"
-#include "model/weights.h"
 #include "runtime/launcher.h"
 #include "runtime/process_group.h"
 #include "runtime/run_identity.h"
@@ -38,7 +24,6 @@ namespace {
 
 using namespace disttest;
 using test::error_of;
-namespace fs = std::filesystem;
 
 // ---- Where ranks come from ----
 
