@@ -12,6 +12,7 @@
 #include "runtime/bcd_scheduler.h"
 #include "runtime/block_optimizer.h"
 #include "checkpoint_test_helpers.h"
+#include "planner_test_helpers.h"
 #include "test_util.h"
 
 namespace bcd {
@@ -27,15 +28,10 @@ struct SliceCase {
 
 class SliceGrad : public ::testing::TestWithParam<SliceCase> {};
 
+// A small Llama shape (vocabulary 97, prime: slices of unequal rows), checkpointed as the big
+// configs are.
 ModelConfig slice_model(bool tied) {
-  ModelConfig m;
-  m.vocab_size = 97;  // prime: slices of unequal rows
-  m.d_model = 32;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.d_ff = 48;
-  m.max_seq_len = 16;
+  ModelConfig m = plantest::small_shape(0);
   m.tie_embeddings = tied;
   m.activation_checkpointing = true;
   return m;
