@@ -152,7 +152,8 @@ TEST(VocabSlices, TheGradientIsTheSameBitsEveryTime) {
 }
 
 // The Llama 3 vocabulary (128,256 rows) in a tiny model: every embedding and head slice trains by
-// BCD, and N steps, a checkpoint, a resume and the rest equal the run straight through, bit for bit.
+// BCD, N steps, a checkpoint, a resume and the rest equal the run straight through, bit for bit,
+// and the model exports.
 TEST(VocabSlicesRun, Llama3VocabularySlicesTrainAndResumeExactly) {
   const std::string tok = test::source_path("../shared/data/tokenizers/llama3/tokenizer.json");
   if (!fs::is_regular_file(tok)) GTEST_SKIP() << "no " << tok << " (shared/data is not checked out here)";
@@ -203,6 +204,10 @@ TEST(VocabSlicesRun, Llama3VocabularySlicesTrainAndResumeExactly) {
   EXPECT_EQ(ck.attr_int("/rank0/optimizer/head.1", "elems"), 128256 / 2 * 32 + 32);
   test::expect_same_state(straight + "/checkpoints/step-00000018.h5", split + "/checkpoints/step-00000018.h5", units,
                           {"embed", "layer.0", "layer.1", "head"});
+  // The model a sliced run writes is an ordinary model: it exports to Hugging Face's format.
+  r = test::run_bcdtrain("export --checkpoint " + straight + "/model.h5 --hf " + tmp.file("hf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::is_regular_file(tmp.file("hf/config.json"))) << r.output;
 }
 
 }  // namespace
