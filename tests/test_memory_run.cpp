@@ -118,6 +118,18 @@ TEST_F(MemoryRun, PlannerMatchesAccountingWithVocabularySlices) {
   expect_plan_matches(run("plan-slices"), ov);
 }
 
+TEST_F(MemoryRun, PlannerMatchesAccountingWithAttentionAndMlpHalves) {
+  // embed, layer.i.attn and layer.i.mlp for 4 layers, head: a half's gradient spans its half only
+  const std::vector<std::string> ov = {"--train.steps=10", "--bcd.switch_every=1", "--bcd.order=ascending",
+                                       "--bcd.blocks=attn_mlp", "--bcd.layers_per_block=1", "--train.batch_size=2",
+                                       "--train.seq_len=32"};
+  std::string args;
+  for (const auto& o : ov) args += " " + o;
+  auto r = train("plan-halves", args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_plan_matches(run("plan-halves"), ov);
+}
+
 TEST_F(MemoryRun, PlannerMatchesAccountingOn12LayersWithHostAndNvme) {
   // host memory for a few units' state; the rest on NVMe
   const std::vector<std::string> ov = {"--model.n_layers=12",    "--model.d_model=128",   "--model.d_ff=384",

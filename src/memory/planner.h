@@ -36,9 +36,10 @@ std::vector<BlockShape> block_shapes(const ModelConfig& cfg);
 int64_t count_params(const ModelConfig& cfg);  // sum of BlockShape::params (no padding)
 
 // What a BCD unit trains of one block: the segments of `part` ("" = every segment) within the
-// elements [begin, end) of the block's flat buffer. A whole block or a part of a layer spans the
-// block; a vocabulary slice ([bcd] vocab_slices) is a run of rows of the embedding's or the LM
-// head's matrix (the last head slice runs on to the block's end: the final norm).
+// elements [begin, end) of the block's flat buffer, which its gradient buffer spans. A whole block
+// spans the block, a part of a layer its part's segments (contiguous); a vocabulary slice
+// ([bcd] vocab_slices) is a run of rows of the embedding's or the LM head's matrix (the last head
+// slice runs on to the block's end: the final norm).
 struct UnitPieceShape {
   int block = 0;
   std::string part;

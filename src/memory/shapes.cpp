@@ -106,7 +106,14 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
   const std::vector<BlockShape> blocks = block_shapes(model);
   const int n_blocks = static_cast<int>(blocks.size());
   const int n_layers = static_cast<int>(model.n_layers);
-  auto whole = [&](int b, std::string part = "") { return UnitPieceShape{b, std::move(part), 0, blocks[b].numel}; };
+  auto whole = [&](int b) { return UnitPieceShape{b, "", 0, blocks[b].numel}; };
+  // A part's segments are contiguous (Block lays slots out by part): its gradient spans them only.
+  auto part_of = [&](int b, const std::string& part) {
+    UnitPieceShape p{b, part, blocks[b].numel, 0};
+    for (const SegmentShape& s : blocks[b].segments)
+      if (s.part == part) p.begin = std::min(p.begin, s.begin), p.end = std::max(p.end, s.end);
+    return p;
+  };
   std::vector<UnitShape> units;
   // Vocabulary slices of the matrix that starts at element `at` of block `b`: slice k is rows
   // [vocab_slice_row(k), vocab_slice_row(k + 1)); the last runs on to the block's end.
@@ -133,7 +140,7 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
     if (cfg.blocks == BlockKind::kAttnMlp) {
       for (int l = 0; l < n_layers; ++l)
         for (const char* part : {"attn", "mlp"})
-          units.push_back({"layer." + std::to_string(l) + "." + part, {whole(l + 1, part)}, l, 0, 0});
+          units.push_back({"layer." + std::to_string(l) + "." + part, {part_of(l + 1, part)}, l, 0, 0});
     } else {
       const int g = static_cast<int>(std::min<int64_t>(cfg.layers_per_block, std::max(n_layers, 1)));
       for (int l = 0; l < n_layers; l += g) {
