@@ -167,7 +167,7 @@ void GradReducer::start(size_t bucket) {
   Bucket& k = state_->buckets[bucket];
   torch::NoGradGuard ng;
   k.block->accumulate_grad(k.begin, k.end - k.begin);  // a bf16 block: the final micro-batch into the fp32 sum
-  // fp32 (a bf16 block's is its fp32 sum)
+  // What goes on the wire is grad(): fp32 (a bf16 block's fp32 sum).
   if (state_->owners.empty()) {
     state_->last_ticket = pg_.start_all_reduce_sum(k.block->grad_range(k.begin, k.end - k.begin));
   } else {
