@@ -96,39 +96,31 @@ void expect_plan_matches(const std::string& run_dir, const std::vector<std::stri
     EXPECT_LE(mem[pool]["peak"].get<uint64_t>(), mem[pool]["budget"].get<uint64_t>()) << pool;
 }
 
-TEST_F(MemoryRun, PlannerMatchesAccountingOnTheTinyConfig) {
-  // every unit visited once (ascending, K = 1): the largest gradient has been allocated
-  const std::vector<std::string> ov = {"--train.steps=4", "--bcd.switch_every=1", "--bcd.order=ascending",
-                                       "--train.batch_size=2", "--train.seq_len=32"};
+// A run of tiny.toml with these overrides, every unit visited once (ascending, K = 1: the largest
+// gradient has been allocated), uses what the plan says.
+class PlannerAccounting : public MemoryRun, public ::testing::WithParamInterface<std::pair<const char*, const char*>> {};
+
+TEST_P(PlannerAccounting, PlannerMatchesTheRunsAccounting) {
+  const auto [name, extra] = GetParam();
+  std::vector<std::string> ov = {"--bcd.switch_every=1", "--bcd.order=ascending", "--train.batch_size=2",
+                                 "--train.seq_len=32"};
+  std::istringstream more(extra);
+  for (std::string o; more >> o;) ov.push_back(o);
   std::string args;
   for (const auto& o : ov) args += " " + o;
-  auto r = train("plan-tiny", args);
+  auto r = train(std::string("plan-") + name, args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_plan_matches(run("plan-tiny"), ov);
+  expect_plan_matches(run(std::string("plan-") + name), ov);
 }
 
-TEST_F(MemoryRun, PlannerMatchesAccountingWithVocabularySlices) {
-  // embed.0-2, layers.0-1, layers.2-3, head.0-2, each visited once: a slice's gradient is its rows
-  const std::vector<std::string> ov = {"--train.steps=8", "--bcd.switch_every=1", "--bcd.order=ascending",
-                                       "--bcd.vocab_slices=3", "--train.batch_size=2", "--train.seq_len=32"};
-  std::string args;
-  for (const auto& o : ov) args += " " + o;
-  auto r = train("plan-slices", args);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_plan_matches(run("plan-slices"), ov);
-}
-
-TEST_F(MemoryRun, PlannerMatchesAccountingWithAttentionAndMlpHalves) {
-  // embed, layer.i.attn and layer.i.mlp for 4 layers, head: a half's gradient spans its half only
-  const std::vector<std::string> ov = {"--train.steps=10", "--bcd.switch_every=1", "--bcd.order=ascending",
-                                       "--bcd.blocks=attn_mlp", "--bcd.layers_per_block=1", "--train.batch_size=2",
-                                       "--train.seq_len=32"};
-  std::string args;
-  for (const auto& o : ov) args += " " + o;
-  auto r = train("plan-halves", args);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_plan_matches(run("plan-halves"), ov);
-}
+INSTANTIATE_TEST_SUITE_P(
+    Units, PlannerAccounting,
+    ::testing::Values(std::make_pair("tiny", "--train.steps=4"),
+                      // embed.0-2, layers.0-1, layers.2-3, head.0-2: a slice's gradient is its rows
+                      std::make_pair("slices", "--train.steps=8 --bcd.vocab_slices=3"),
+                      // embed, layer.i.attn and layer.i.mlp for 4 layers, head: a half's gradient is its half
+                      std::make_pair("halves", "--train.steps=10 --bcd.blocks=attn_mlp --bcd.layers_per_block=1")),
+    [](const auto& info) { return std::string(info.param.first); });
 
 TEST_F(MemoryRun, PlannerMatchesAccountingOn12LayersWithHostAndNvme) {
   // host memory for a few units' state; the rest on NVMe
