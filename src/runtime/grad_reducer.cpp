@@ -125,10 +125,11 @@ void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views, std
     Block& b = model.block(bi);
     if (!b.trainable()) continue;
     for (const ParamSlot& slot : b.slots()) {
-      if (!b.row_grad(slot.name).sum.defined()) continue;
-      const int64_t row = slot.numel / slot.shape.front();
+      const Block::RowGrad rows = b.row_grad(slot.name);
+      if (!rows.sum.defined()) continue;
+      const int64_t row = rows.sum.numel() / rows.sum.size(0);
       const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes_) / 4 / row) * row;
-      const int64_t lo = std::max(slot.offset, b.grad_begin()), hi = std::min(slot.offset + slot.numel, b.grad_end());
+      const int64_t lo = slot.offset + rows.first_row * row, hi = lo + rows.sum.numel();
       for (int64_t at = lo; at < hi; at += per) {
         Bucket k;
         k.block = &b;
