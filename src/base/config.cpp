@@ -313,15 +313,28 @@ void ModelConfig::validate() const {
   if (vocab_size < 0) user_error("config: [model] vocab_size must be >= 0, got {}", vocab_size);
   if (n_kv_heads < 0) user_error("config: [model] n_kv_heads must be >= 0, got {}", n_kv_heads);
   if (d_ff < 0) user_error("config: [model] d_ff must be >= 0 (0 = 8/3 d_model), got {}", d_ff);
-  if (d_model % n_heads != 0)
-    user_error("config: [model] d_model ({}) must be divisible by n_heads ({})", d_model, n_heads);
+  if (d_head < 0 || d_head > (int64_t{1} << 16))
+    user_error("config: [model] d_head must be in [0, 65536] (0 = d_model / n_heads), got {}", d_head);
+  if (d_head == 0 && d_model % n_heads != 0)
+    user_error("config: [model] d_model ({}) must be divisible by n_heads ({}), or d_head set", d_model, n_heads);
   if (n_heads % kv_heads() != 0)
     user_error("config: [model] n_heads ({}) must be divisible by n_kv_heads ({})", n_heads, kv_heads());
   if (head_dim() % 2 != 0)
-    user_error("config: [model] head dimension d_model/n_heads = {} must be even for rotary embeddings", head_dim());
+    user_error("config: [model] head dimension {} ({}) must be even for rotary embeddings", head_dim(),
+               d_head > 0 ? "d_head" : "d_model / n_heads");
   positive("model", "max_seq_len", max_seq_len);
-  if (rope_theta <= 0) user_error("config: [model] rope_theta must be positive");
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) user_error("config: [model] rope_theta must be positive");
   if (norm_eps <= 0) user_error("config: [model] norm_eps must be positive");
+  if (rope_type != RopeType::kDefault && (!(rope_factor > 0) || !std::isfinite(rope_factor)))
+    user_error("config: [model] rope_factor must be positive for rope_type \"{}\", got {}", name_of(rope_type), rope_factor);
+  if (rope_type == RopeType::kLlama3 && !(rope_low_freq_factor > 0 && rope_high_freq_factor > rope_low_freq_factor))
+    user_error("config: [model] rope_type \"llama3\" needs 0 < rope_low_freq_factor < rope_high_freq_factor, got {} and {}",
+               rope_low_freq_factor, rope_high_freq_factor);
+  if (rope_original_max_len < 0)
+    user_error("config: [model] rope_original_max_len must be >= 0 (0 = max_seq_len), got {}", rope_original_max_len);
+  if (rope_type == RopeType::kYarn && !(rope_beta_fast > 0 && rope_beta_slow > 0 && rope_attention_factor >= 0))
+    user_error("config: [model] rope_type \"yarn\" needs positive rope_beta_fast and rope_beta_slow and "
+               "rope_attention_factor >= 0, got {}, {} and {}", rope_beta_fast, rope_beta_slow, rope_attention_factor);
 }
 
 void TrainConfig::validate() const {

@@ -33,6 +33,9 @@ enum class ChatTemplate { kPlain, kLlama2, kLlama3, kChatML };  // how a convers
 // sample.chat_template: auto (the dataset's template, when it holds instruction data), none
 // (prompts are text to continue), or one template.
 enum class SampleChat { kAuto, kNone, kPlain, kLlama2, kLlama3, kChatML };
+// model.rope_type: how the rotary frequencies are derived from rope_theta (model/rope.h), as
+// transformers' rope_type of the same name.
+enum class RopeType { kDefault, kLinear, kLlama3, kYarn };
 
 template <> struct Choices<Dtype> { static constexpr const char* names[] = {"fp32", "bf16"}; };
 template <> struct Choices<DeviceChoice> { static constexpr const char* names[] = {"cpu", "cuda", "auto"}; };
@@ -44,6 +47,7 @@ template <> struct Choices<Home> { static constexpr const char* names[] = {"auto
 template <> struct Choices<StreamWeights> { static constexpr const char* names[] = {"auto", "on", "off"}; };
 template <> struct Choices<Backend> { static constexpr const char* names[] = {"auto", "gloo", "nccl"}; };
 template <> struct Choices<ChatTemplate> { static constexpr const char* names[] = {"plain", "llama2", "llama3", "chatml"}; };
+template <> struct Choices<RopeType> { static constexpr const char* names[] = {"default", "linear", "llama3", "yarn"}; };
 template <> struct Choices<SampleChat> {
   static constexpr const char* names[] = {"auto", "none", "plain", "llama2", "llama3", "chatml"};
 };
@@ -103,10 +107,24 @@ struct ModelConfig {
   int64_t n_heads = 4;            // attention heads (HF: num_attention_heads)
   int64_t n_kv_heads = 0;         // key/value heads for GQA; 0 = n_heads (HF: num_key_value_heads)
   int64_t d_ff = 0;               // SwiGLU hidden size; 0 = 8/3 d_model rounded up to 64
+  int64_t d_head = 0;             // dimension of one attention head; 0 = d_model / n_heads (HF: head_dim)
   int64_t max_seq_len = 1024;     // longest sequence the model accepts
   double rope_theta = 10000.0;    // rotary embedding base
+  // RoPE scaling (HF rope_type and its parameters; model/rope.h): the factor (linear, llama3,
+  // yarn), llama3's low/high frequency factors, the pre-training context (llama3, yarn; 0 =
+  // max_seq_len), yarn's ramp bounds, its cos/sin scale (0 = 0.1 ln(factor) + 1) and truncation.
+  RopeType rope_type = RopeType::kDefault;
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_len = 0;
+  double rope_beta_fast = 32.0;
+  double rope_beta_slow = 1.0;
+  double rope_attention_factor = 0.0;
+  bool rope_truncate = true;
   double norm_eps = 1e-5;         // RMSNorm epsilon
   bool qkv_bias = false;          // bias on q/k/v projections (Qwen2)
+  bool qk_norm = false;           // RMSNorm over each head of q and k before RoPE (Qwen3)
   bool tie_embeddings = false;    // LM head shares the embedding matrix
   double init_std = 0.02;         // std of the normal init; output projections scaled by 1/sqrt(2L)
   bool activation_checkpointing = false;  // recompute each layer's activations in backward
@@ -123,10 +141,21 @@ struct ModelConfig {
     v("n_heads", n_heads, "attention heads (HF num_attention_heads)", Resume::kFixed);
     v("n_kv_heads", n_kv_heads, "key/value heads for grouped-query attention; 0 = n_heads", Resume::kFixed);
     v("d_ff", d_ff, "SwiGLU hidden size (HF intermediate_size); 0 = 8/3 d_model rounded up to 64", Resume::kFixed);
+    v("d_head", d_head, "dimension of one attention head (HF head_dim); 0 = d_model / n_heads. The q and o projections are n_heads * d_head wide", Resume::kFixed);
     v("max_seq_len", max_seq_len, "longest sequence the model accepts", Resume::kChanges);
     v("rope_theta", rope_theta, "rotary embedding base", Resume::kChanges);
+    v("rope_type", rope_type, "how the rotary frequencies derive from rope_theta, as transformers' rope_type: default, linear (positions / rope_factor), llama3 (Llama 3.1+: low frequencies / rope_factor, smoothed between the low and high frequency factors) or yarn", Resume::kChanges);
+    v("rope_factor", rope_factor, "RoPE scaling factor (linear, llama3, yarn)", Resume::kChanges);
+    v("rope_low_freq_factor", rope_low_freq_factor, "llama3 RoPE: wavelengths above rope_original_max_len / this are divided by rope_factor", Resume::kChanges);
+    v("rope_high_freq_factor", rope_high_freq_factor, "llama3 RoPE: wavelengths below rope_original_max_len / this are kept", Resume::kChanges);
+    v("rope_original_max_len", rope_original_max_len, "llama3 and yarn RoPE: the context length of pre-training (HF original_max_position_embeddings); 0 = max_seq_len", Resume::kChanges);
+    v("rope_beta_fast", rope_beta_fast, "yarn RoPE: rotations where the ramp from extrapolation begins", Resume::kChanges);
+    v("rope_beta_slow", rope_beta_slow, "yarn RoPE: rotations where the ramp to interpolation ends", Resume::kChanges);
+    v("rope_attention_factor", rope_attention_factor, "yarn RoPE: scale of cos and sin; 0 = 0.1 ln(rope_factor) + 1", Resume::kChanges);
+    v("rope_truncate", rope_truncate, "yarn RoPE: round the ramp's bounds to whole dimensions", Resume::kChanges);
     v("norm_eps", norm_eps, "RMSNorm epsilon", Resume::kChanges);
     v("qkv_bias", qkv_bias, "bias on the q/k/v projections (Qwen2 style)", Resume::kFixed);
+    v("qk_norm", qk_norm, "RMSNorm over each head of q and k (weights of d_head) before the rotary embedding (Qwen3 style)", Resume::kFixed);
     v("tie_embeddings", tie_embeddings, "LM head shares the embedding matrix", Resume::kFixed);
     v("init_std", init_std, "std of the normal init; output projections scaled by 1/sqrt(2 n_layers)", Resume::kPlacement);
     v("activation_checkpointing", activation_checkpointing, "recompute each layer's activations during backward", Resume::kPlacement);
@@ -143,7 +172,7 @@ struct ModelConfig {
                                                : (kLossChunkBytes / per_token > 16 ? kLossChunkBytes / per_token : 16);
     return want < tokens ? want : (tokens > 0 ? tokens : 1);
   }
-  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t head_dim() const { return d_head > 0 ? d_head : d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t ff_dim() const { return d_ff > 0 ? d_ff : ((8 * d_model / 3 + 63) / 64) * 64; }
   // Parameters of the model this describes (vocab_size resolved), in double: a shape from a flag
@@ -152,7 +181,7 @@ struct ModelConfig {
     const double c = static_cast<double>(d_model), d = static_cast<double>(head_dim());
     const double h = static_cast<double>(n_heads), kv = static_cast<double>(kv_heads());
     const double layer = 2 * c + (h + 2 * kv) * d * c + c * h * d + 3 * static_cast<double>(ff_dim()) * c +
-                         (qkv_bias ? (h + 2 * kv) * d : 0.0);
+                         (qkv_bias ? (h + 2 * kv) * d : 0.0) + (qk_norm ? 2 * d : 0.0);
     return static_cast<double>(vocab_size) * c * (tie_embeddings ? 1 : 2) + c + static_cast<double>(n_layers) * layer;
   }
 };

@@ -43,9 +43,11 @@ using namespace plan_detail;
 // Bytes kept for backward while unit u is active, conservative (DESIGN.md §4: layers below
 // the unit run without autograd). B = batch, T = seq_len, C = d_model, F = d_ff, H = heads,
 // V = vocab, w = working dtype bytes, n = layers at or above the unit's first layer.
-//   per layer   A = B*T * (w * (16*C + 4*F) + S)
-//                 16*C: norm inputs/outputs (fp32 in RMSNorm), q/k/v, rotary copies, GQA repeats,
+//   per layer   A = B*T * (w * (10*C + 6*Q + 4*F) + N + S), Q = H*D the attention's width
+//                 (C unless the head dim is set apart from C/H): 10*C + 6*Q (16*C when Q = C):
+//                 norm inputs/outputs (fp32 in RMSNorm), q/k/v, rotary copies, GQA repeats,
 //                 attention output, residuals; 4*F: gate, up, silu(gate), product;
+//                 N = 8*(Q + KV*D), with q/k norms: their fp32 inputs and outputs;
 //                 S, attention's own: (2w+4)*H*T when scores are materialised (matmul + softmax:
 //                 scores (w), fp32 softmax probs (4) and their cast back (w)), else 4*H (a fused
 //                 kernel keeps one fp32 log-sum-exp per row; no T x T buffer).
@@ -59,9 +61,11 @@ uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, c
   const double bt = static_cast<double>(t.batch_size) * static_cast<double>(t.seq_len);
   const double c = static_cast<double>(m.d_model), f = static_cast<double>(m.ff_dim());
   const double h = static_cast<double>(m.n_heads), tt = static_cast<double>(t.seq_len);
+  const double q = h * static_cast<double>(m.head_dim()), kvd = static_cast<double>(m.kv_heads() * m.head_dim());
   const double n = static_cast<double>(std::max<int64_t>(0, m.n_layers - u.first_layer));
   const double scores = fused_attention ? 4 * h : (2 * w + 4) * h * tt;
-  const double layer = bt * (w * (16 * c + 4 * f) + scores);
+  const double qk_norms = m.qk_norm ? 8 * (q + kvd) : 0.0;
+  const double layer = bt * (w * (10 * c + 6 * q + 4 * f) + qk_norms + scores);
   const double chunk = static_cast<double>(m.loss_chunk(t.batch_size * t.seq_len, static_cast<int64_t>(w)));
   const double logits = chunk * static_cast<double>(m.vocab_size) * (w + 8) + bt * c * w;
   double total;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/model_shape.h"
 #include "memory/planner.h"
 
 namespace bcd {
@@ -71,28 +72,12 @@ void check_shape_bounds(const ModelConfig& cfg) {
 std::vector<BlockShape> block_shapes(const ModelConfig& cfg) {
   if (cfg.vocab_size <= 0) user_error("plan: [model] vocab_size must be set (> 0) to plan memory");
   check_shape_bounds(cfg);
-  // C = d_model, D = head dim, H = heads, KV = kv heads, F = d_ff, V = vocabulary (LlamaModel)
-  const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
-  const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
   std::vector<BlockShape> out;
-  out.push_back(layout("embed", {{v * c, true, ""}}));
-  for (int64_t i = 0; i < cfg.n_layers; ++i) {
-    std::vector<Slot> s = {{c, false, "attn"}, {h * d * c, true, "attn"}, {kv * d * c, true, "attn"},
-                           {kv * d * c, true, "attn"}, {c * h * d, true, "attn"}};
-    if (cfg.qkv_bias) {
-      s.push_back({h * d, false, "attn"});
-      s.push_back({kv * d, false, "attn"});
-      s.push_back({kv * d, false, "attn"});
-    }
-    s.push_back({c, false, "mlp"});
-    s.push_back({f * c, true, "mlp"});
-    s.push_back({f * c, true, "mlp"});
-    s.push_back({c * f, true, "mlp"});
-    out.push_back(layout("layer." + std::to_string(i), s));
+  for (int b = 0; b < model_block_count(cfg); ++b) {
+    std::vector<Slot> slots;
+    for (const SlotShape& s : model_block_slots(cfg, b)) slots.push_back({s.numel(), s.decay, s.part});
+    out.push_back(layout(model_block_name(cfg, b), slots));
   }
-  std::vector<Slot> head = {{c, false, ""}};
-  if (!cfg.tie_embeddings) head.push_back({v * c, true, ""});
-  out.push_back(layout("head", head));
   return out;
 }
 

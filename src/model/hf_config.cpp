@@ -1,10 +1,17 @@
-// HF config.json reader: the fields of LlamaConfig / MistralConfig / Qwen2Config we support.
+// HF config.json reader: the fields of LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config
+// we support, in both forms transformers writes (4.x: top-level rope_theta and rope_scaling;
+// 5.x: rope_parameters). Every key is read, known to be inert, refused, or named in a warning.
 #include "model/hf_config.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <mutex>
+#include <set>
 
 #include "model/weights.h"
 #include "base/error.h"
@@ -15,20 +22,276 @@ namespace {
 
 using json = nlohmann::json;
 
-template <class T>
-T get_key(const json& j, const std::string& path, const char* key) {
-  if (!j.contains(key)) user_error("{}: missing key \"{}\"", path, key);
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    user_error("{}: key \"{}\" has the wrong type ({})", path, key, j.at(key).type_name());
-  }
+// The HF families we build, and what differs between them (transformers' config defaults).
+struct Family {
+  const char* model_type;
+  bool qkv_bias, qk_norm;
+  int64_t default_kv_heads;    // when num_key_value_heads is absent (0: num_attention_heads)
+  int64_t default_head_dim;    // when head_dim is absent (0: hidden_size / num_attention_heads)
+  int64_t default_max_pos;     // when max_position_embeddings is absent
+  int64_t default_window;      // mistral: sliding_window when absent (0: none)
+  bool window_switch;          // qwen: sliding_window counts only with use_sliding_window
+};
+constexpr Family kFamilies[] = {
+    {"llama", false, false, 0, 0, 2048, 0, false},
+    {"mistral", false, false, 8, 0, 4096 * 32, 4096, false},
+    {"qwen2", true, false, 32, 0, 32768, 0, true},
+    {"qwen3", false, true, 32, 128, 32768, 0, true},
+};
+
+// Keys that never change what the model computes (ids, dtypes, caching, initialisation,
+// generation defaults and bookkeeping that transformers writes into every config.json).
+const std::set<std::string>& inert_keys() {
+  static const std::set<std::string> keys = {
+      "architectures", "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id",
+      "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache", "initializer_range", "pretraining_tp",
+      "_name_or_path", "name_or_path", "output_attentions", "output_hidden_states", "return_dict", "use_return_dict",
+      "torchscript", "is_encoder_decoder", "is_decoder", "add_cross_attention", "cross_attention_hidden_size",
+      "tie_encoder_decoder", "chunk_size_feed_forward", "id2label", "label2id", "num_labels", "problem_type",
+      "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "pruned_heads", "use_bfloat16",
+      "tf_legacy_loss", "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+      "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
+      "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+      "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+      "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+      "_attn_implementation_autoset", "model_type",
+  };
+  return keys;
 }
 
-template <class T>
-T get_or(const json& j, const std::string& path, const char* key, T dflt) {
-  if (!j.contains(key) || j.at(key).is_null()) return dflt;
-  return get_key<T>(j, path, key);
+// Keys that change the math in ways we do not implement, with the value that means "off"
+// (null always does): present with any other value, they are refused by name.
+const std::vector<std::pair<const char*, json>>& refused_keys() {
+  static const std::vector<std::pair<const char*, json>> keys = {
+      {"attn_logit_softcapping", nullptr},  {"final_logit_softcapping", nullptr}, {"query_pre_attn_scalar", nullptr},
+      {"logits_scaling", 1.0},              {"embedding_multiplier", 1.0},       {"residual_multiplier", 1.0},
+      {"attention_multiplier", nullptr},    {"use_qk_norm", false},              {"no_rope_layers", nullptr},
+      {"quantization_config", nullptr},     {"num_experts", 0},                  {"num_local_experts", 0},
+      {"num_experts_per_tok", 0},           {"use_mrope", false},                {"mrope_section", nullptr},
+      {"use_parallel_residual", false},     {"qk_layernorm", false},             {"auto_map", nullptr},
+  };
+  return keys;
+}
+
+bool is_off(const json& value, const json& off) {
+  if (value.is_null() || value == off) return true;
+  if (value.is_number() && off.is_number()) return value.get<double>() == off.get<double>();
+  return (value.is_boolean() && !value.get<bool>() && off.is_number() && off.get<double>() == 0);
+}
+
+// A config.json and the keys read from it so far.
+class HfReader {
+ public:
+  HfReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+  bool has(const char* key) {  // present and not null
+    read_.insert(key);
+    return j_.contains(key) && !j_.at(key).is_null();
+  }
+  bool present(const char* key) {  // null included
+    read_.insert(key);
+    return j_.contains(key);
+  }
+  const json& at(const char* key) { return read_.insert(key), j_.at(key); }
+
+  template <class T>
+  T get(const char* key) {
+    if (!has(key)) user_error("{}: missing key \"{}\"", path_, key);
+    return value<T>(j_.at(key), key);
+  }
+  template <class T>
+  T get_or(const char* key, T dflt) {
+    return has(key) ? value<T>(j_.at(key), key) : dflt;
+  }
+  template <class T>
+  T value(const json& v, const std::string& key) const {
+    try {
+      return v.get<T>();
+    } catch (const json::exception&) {
+      user_error("{}: key \"{}\" has the wrong type ({})", path_, key, v.type_name());
+    }
+  }
+
+  // Refuses the keys known to change the math that we do not implement; returns the keys neither
+  // read nor known to be inert.
+  std::vector<std::string> check_rest() const {
+    std::vector<std::string> unknown;
+    for (const auto& [key, value] : j_.items()) {
+      if (read_.count(key) || inert_keys().count(key)) continue;
+      bool known = false;
+      for (const auto& [name, off] : refused_keys()) {
+        if (key != name) continue;
+        known = true;
+        if (!is_off(value, off))
+          user_error("{}: \"{}\" = {} changes the model in a way bcdtrain does not implement (supported: {})", path_,
+                     key, value.dump(), off.is_null() ? "absent or null" : off.dump());
+      }
+      if (!known) unknown.push_back(key);
+    }
+    return unknown;
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  std::set<std::string> read_;
+};
+
+// One warning line per config.json and process, however often it is read (train start resolves
+// the shape more than once).
+void warn_unknown(const std::string& path, const std::vector<std::string>& keys) {
+  if (keys.empty()) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!warned.insert(path).second) return;
+  fmt::print(stderr,
+             "bcdtrain: warning: {}: {} not known to bcdtrain, read as changing nothing in the model: {}\n", path,
+             keys.size() == 1 ? "key" : "keys", fmt::join(keys, ", "));
+}
+
+// ---- RoPE: rope_parameters (transformers 5) or rope_theta + rope_scaling (4.x) ----
+
+void read_rope(HfReader& r, const json& top, ModelConfig& m) {
+  // transformers 5 takes rope_scaling first when both are there (convert_rope_params_to_dict).
+  std::string where;
+  json params = json::object();
+  const bool scaling = r.has("rope_scaling"), parameters = r.has("rope_parameters");
+  if (scaling) {
+    where = "rope_scaling", params = r.at("rope_scaling");
+  } else if (parameters) {
+    where = "rope_parameters", params = r.at("rope_parameters");
+  }
+  if (!params.is_object()) user_error("{}: \"{}\" must be an object, got {}", r.path(), where, params.type_name());
+  // Per layer type (transformers 5 nests them when a config declares layer_types): the layers
+  // are all full attention (checked with layer_types), so theirs is the one that counts.
+  if (params.contains("full_attention") && params["full_attention"].is_object()) {
+    where += ".full_attention";
+    const json inner = params["full_attention"];
+    params = inner;
+  }
+  auto key = [&](const std::string& k) { return where + "." + k; };
+  auto number = [&](const char* k) {
+    const double v = r.value<double>(params.at(k), key(k));
+    if (!std::isfinite(v)) user_error("{}: \"{}\" must be a finite number, got {}", r.path(), key(k), v);
+    return v;
+  };
+  auto positive = [&](const char* k) {
+    const double v = number(k);
+    if (!(v > 0)) user_error("{}: \"{}\" must be positive, got {}", r.path(), key(k), v);
+    return v;
+  };
+  auto need = [&](const char* k) {
+    if (!params.contains(k) || params.at(k).is_null())
+      user_error("{}: \"{}\" is missing (rope_type \"{}\" needs it)", r.path(), key(k), name_of(m.rope_type));
+  };
+  auto has = [&](const char* k) { return params.contains(k) && !params.at(k).is_null(); };
+
+  m.rope_theta = has("rope_theta") ? number("rope_theta") : r.get_or<double>("rope_theta", 10000.0);
+  std::string type = "default";
+  if (has("rope_type")) type = r.value<std::string>(params.at("rope_type"), key("rope_type"));
+  else if (has("type")) type = r.value<std::string>(params.at("type"), key("type"));
+  const std::optional<RopeType> t = parse_choice<RopeType>(type);
+  if (!t)
+    user_error("{}: \"{}\" = \"{}\" is not supported (expected {})", r.path(), key("rope_type"), type,
+               choice_list<RopeType>());
+  m.rope_type = *t;
+  // partial_rotary_factor: the rotated share of each head; only all of it is implemented.
+  const double partial = has("partial_rotary_factor") ? number("partial_rotary_factor")
+                                                      : r.get_or<double>("partial_rotary_factor", 1.0);
+  if (partial != 1.0)
+    user_error("{}: \"partial_rotary_factor\" = {} is not supported (expected 1: the whole head rotates)", r.path(),
+               partial);
+
+  std::set<std::string> allowed = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+  // transformers 5 prefers a top-level original_max_position_embeddings (standardize_rope_params).
+  auto original_max = [&]() -> int64_t {
+    int64_t n = m.max_seq_len;
+    if (r.has("original_max_position_embeddings")) n = r.get<int64_t>("original_max_position_embeddings");
+    else if (has("original_max_position_embeddings"))
+      n = r.value<int64_t>(params.at("original_max_position_embeddings"), key("original_max_position_embeddings"));
+    if (n <= 0) user_error("{}: original_max_position_embeddings must be positive, got {}", r.path(), n);
+    return n;
+  };
+  switch (m.rope_type) {
+    case RopeType::kDefault:
+      allowed.insert("factor");  // transformers ignores it for the default type
+      break;
+    case RopeType::kLinear:
+      need("factor");
+      m.rope_factor = positive("factor");
+      allowed.insert("factor");
+      break;
+    case RopeType::kLlama3:
+      for (const char* k : {"factor", "low_freq_factor", "high_freq_factor"}) need(k);
+      m.rope_factor = positive("factor");
+      m.rope_low_freq_factor = positive("low_freq_factor");
+      m.rope_high_freq_factor = positive("high_freq_factor");
+      if (!(m.rope_high_freq_factor > m.rope_low_freq_factor))
+        user_error("{}: \"{}\" ({}) must be greater than \"{}\" ({})", r.path(), key("high_freq_factor"),
+                   m.rope_high_freq_factor, key("low_freq_factor"), m.rope_low_freq_factor);
+      m.rope_original_max_len = original_max();
+      allowed.insert({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+      break;
+    case RopeType::kYarn: {
+      m.rope_original_max_len = original_max();
+      // No factor: the ratio of the context to the original one (transformers 5, DeepSeek-style).
+      m.rope_factor = has("factor") ? positive("factor")
+                                    : static_cast<double>(m.max_seq_len) / static_cast<double>(m.rope_original_max_len);
+      if (has("attention_factor")) {
+        m.rope_attention_factor = positive("attention_factor");
+      } else if (has("mscale") && has("mscale_all_dim") && number("mscale") != 0 && number("mscale_all_dim") != 0) {
+        auto mscale = [&](double s) { return m.rope_factor <= 1 ? 1.0 : 0.1 * s * std::log(m.rope_factor) + 1.0; };
+        m.rope_attention_factor = mscale(number("mscale")) / mscale(number("mscale_all_dim"));
+      }
+      // beta_fast / beta_slow: transformers takes 32 and 1 for a missing or zero value ("or 32").
+      if (has("beta_fast") && number("beta_fast") != 0) m.rope_beta_fast = positive("beta_fast");
+      if (has("beta_slow") && number("beta_slow") != 0) m.rope_beta_slow = positive("beta_slow");
+      if (has("truncate")) m.rope_truncate = r.value<bool>(params.at("truncate"), key("truncate"));
+      allowed.insert({"factor", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                      "original_max_position_embeddings", "truncate"});
+      break;
+    }
+  }
+  for (const auto& [k, v] : params.items())
+    if (!allowed.count(k) && !v.is_null())
+      user_error("{}: \"{}\" is not a parameter of rope_type \"{}\" that bcdtrain implements (it reads {})", r.path(),
+                 key(k), name_of(m.rope_type), fmt::join(allowed, ", "));
+  if (m.rope_original_max_len == m.max_seq_len) m.rope_original_max_len = 0;  // stored as "the context"
+  (void)top;
+}
+
+// Sliding-window attention below the context, per layer or for all: refused (full attention only).
+void check_attention_kinds(HfReader& r, const Family& fam, const ModelConfig& m) {
+  int64_t window = fam.default_window;
+  const bool switched_on = fam.window_switch ? r.get_or<bool>("use_sliding_window", false) : true;
+  if (r.has("sliding_window")) window = r.get<int64_t>("sliding_window");
+  else if (r.present("sliding_window")) window = 0;  // null: none
+  if (fam.window_switch && !switched_on) window = 0;
+  // Qwen: layers from max_window_layers up slide (transformers' layer_types default).
+  int64_t first_sliding = 0;
+  if (fam.window_switch) first_sliding = r.get_or<int64_t>("max_window_layers", 28);
+  std::vector<std::string> kinds;
+  if (r.has("layer_types")) {
+    const json& lt = r.at("layer_types");
+    if (!lt.is_array()) user_error("{}: \"layer_types\" must be a list, got {}", r.path(), lt.type_name());
+    for (const json& k : lt) kinds.push_back(r.value<std::string>(k, "layer_types"));
+    if (static_cast<int64_t>(kinds.size()) != m.n_layers)
+      user_error("{}: \"layer_types\" lists {} layers, num_hidden_layers is {}", r.path(), kinds.size(), m.n_layers);
+  } else {
+    for (int64_t i = 0; i < m.n_layers; ++i)
+      kinds.push_back(window > 0 && (!fam.window_switch || i >= first_sliding) ? "sliding_attention" : "full_attention");
+  }
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] == "full_attention") continue;
+    if (kinds[i] != "sliding_attention")
+      user_error("{}: \"layer_types\" names \"{}\" for layer {} (bcdtrain implements full_attention only)", r.path(),
+                 kinds[i], i);
+    if (window > 0 && window < m.max_seq_len)
+      user_error("{}: sliding_window {} < max_position_embeddings {} is not supported (layer {} is "
+                 "sliding_attention; bcdtrain implements full attention only)",
+                 r.path(), window, m.max_seq_len, i);
+  }
 }
 
 }  // namespace
@@ -43,61 +306,67 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
     user_error("{}: invalid JSON: {}", path, e.what());
   }
   if (!j.is_object()) user_error("{}: expected a JSON object", path);
-  const std::string type = get_key<std::string>(j, path, "model_type");
-  if (type != "llama" && type != "mistral" && type != "qwen2")
-    user_error("{}: unsupported model_type \"{}\" (expected llama, mistral or qwen2)", path, type);
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    user_error("{}: rope_scaling is not supported (expected null)", path);
-  const std::string act = get_or<std::string>(j, path, "hidden_act", "silu");
+  HfReader r(j, path);
+  const std::string type = r.get<std::string>("model_type");
+  const Family* fam = nullptr;
+  for (const Family& f : kFamilies)
+    if (type == f.model_type) fam = &f;
+  if (!fam)
+    user_error("{}: unsupported model_type \"{}\" (expected llama, mistral, qwen2 or qwen3; Gemma, Phi-3, OLMo and "
+               "others have layers of another shape)", path, type);
+  const std::string act = r.get_or<std::string>("hidden_act", "silu");
   if (act != "silu") user_error("{}: hidden_act \"{}\" is not supported (expected silu)", path, act);
 
   ModelConfig m = base;
   m.hf_config = path;
-  m.vocab_size = get_key<int64_t>(j, path, "vocab_size");
-  m.d_model = get_key<int64_t>(j, path, "hidden_size");
-  m.n_layers = get_key<int64_t>(j, path, "num_hidden_layers");
-  m.n_heads = get_key<int64_t>(j, path, "num_attention_heads");
-  m.n_kv_heads = get_or<int64_t>(j, path, "num_key_value_heads", m.n_heads);
-  m.d_ff = get_key<int64_t>(j, path, "intermediate_size");
-  m.max_seq_len = get_or<int64_t>(j, path, "max_position_embeddings", 2048);
-  m.rope_theta = get_or<double>(j, path, "rope_theta", 10000.0);
-  m.norm_eps = get_or<double>(j, path, "rms_norm_eps", 1e-6);
-  m.tie_embeddings = get_or<bool>(j, path, "tie_word_embeddings", false);
-  // Qwen2 has q/k/v biases; Llama's attention_bias also adds one on o_proj, which we lack.
-  m.qkv_bias = type == "qwen2";
-  if (type != "qwen2" && get_or<bool>(j, path, "attention_bias", false))
-    user_error("{}: attention_bias = true (biases on q, k, v and o_proj) is not supported (expected false)", path);
-  if (get_or<bool>(j, path, "mlp_bias", false))
-    user_error("{}: mlp_bias = true is not supported (expected false)", path);
-  if (j.contains("head_dim") && !j["head_dim"].is_null() &&
-      get_key<int64_t>(j, path, "head_dim") != m.d_model / std::max<int64_t>(m.n_heads, 1))
-    user_error("{}: head_dim != hidden_size / num_attention_heads is not supported", path);
-  if (type == "mistral" || type == "qwen2") {
-    const bool use_sw = type == "qwen2" ? get_or<bool>(j, path, "use_sliding_window", false) : true;
-    if (use_sw && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
-      const int64_t w = get_key<int64_t>(j, path, "sliding_window");
-      if (w < m.max_seq_len)
-        user_error("{}: sliding_window {} < max_position_embeddings {} is not supported", path, w,
-                   m.max_seq_len);
-    }
-  }
+  m.vocab_size = r.get<int64_t>("vocab_size");
+  m.d_model = r.get<int64_t>("hidden_size");
+  m.n_layers = r.get<int64_t>("num_hidden_layers");
+  m.n_heads = r.get<int64_t>("num_attention_heads");
+  // Absent: the family's default; null: as many as the query heads (transformers' __post_init__).
+  m.n_kv_heads = r.present("num_key_value_heads") ? r.get_or<int64_t>("num_key_value_heads", m.n_heads)
+                                                   : (fam->default_kv_heads > 0 ? fam->default_kv_heads : m.n_heads);
+  m.d_ff = r.get<int64_t>("intermediate_size");
+  m.max_seq_len = r.get_or<int64_t>("max_position_embeddings", fam->default_max_pos);
+  m.norm_eps = r.get_or<double>("rms_norm_eps", 1e-6);
+  m.tie_embeddings = r.get_or<bool>("tie_word_embeddings", false);
   for (const auto& [key, size] : {std::pair<const char*, int64_t>{"hidden_size", m.d_model}, {"num_hidden_layers", m.n_layers},
                                   {"num_attention_heads", m.n_heads}, {"vocab_size", m.vocab_size},
                                   {"intermediate_size", m.d_ff}})
     if (size <= 0) user_error("{}: {} must be positive, got {}", path, key, size);
-  if (m.d_model % m.n_heads != 0)
-    user_error("{}: hidden_size ({}) must be divisible by num_attention_heads ({})", path, m.d_model,
-               m.n_heads);
-  if (m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0)
-    user_error("{}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", path,
-               m.n_heads, m.n_kv_heads);
-  if (m.head_dim() % 2 != 0)
-    user_error("{}: hidden_size / num_attention_heads = {} must be even for rotary embeddings", path, m.head_dim());
   if (m.max_seq_len <= 0) user_error("{}: max_position_embeddings must be positive, got {}", path, m.max_seq_len);
+
+  // The head dimension: explicit (Mistral-Nemo, Qwen3), else hidden_size / num_attention_heads.
+  const int64_t implied = m.d_model / m.n_heads;
+  const int64_t head_dim =
+      r.get_or<int64_t>("head_dim", fam->default_head_dim > 0 ? fam->default_head_dim : implied);
+  constexpr int64_t kMaxHeadDim = 1 << 16;
+  if (head_dim <= 0 || head_dim > kMaxHeadDim)
+    user_error("{}: head_dim must be in [1, {}], got {}", path, kMaxHeadDim, head_dim);
+  if (head_dim % 2 != 0) user_error("{}: head_dim {} must be even for rotary embeddings", path, head_dim);
+  const bool divides = m.d_model % m.n_heads == 0;
+  m.d_head = divides && head_dim == implied ? 0 : head_dim;  // 0: "d_model / n_heads", as configs without it
+  if (m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0)
+    user_error("{}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", path, m.n_heads,
+               m.n_kv_heads);
+
+  read_rope(r, j, m);
   if (!(m.rope_theta > 0) || !std::isfinite(m.rope_theta))
     user_error("{}: rope_theta must be a positive number, got {}", path, m.rope_theta);
   if (!(m.norm_eps > 0) || !std::isfinite(m.norm_eps))
     user_error("{}: rms_norm_eps must be a positive number, got {}", path, m.norm_eps);
+
+  // Biases: Qwen2 has them on q/k/v (always); attention_bias elsewhere also puts one on o_proj.
+  m.qkv_bias = fam->qkv_bias;
+  m.qk_norm = fam->qk_norm;
+  if (!fam->qkv_bias && r.get_or<bool>("attention_bias", false))
+    user_error("{}: attention_bias = true (biases on q, k, v and o_proj) is not supported (expected false)", path);
+  if (r.get_or<bool>("mlp_bias", false)) user_error("{}: mlp_bias = true is not supported (expected false)", path);
+  // Dropout changes what training computes; inference-only configs keep it at 0.
+  if (const double p = r.get_or<double>("attention_dropout", 0.0); p != 0)
+    user_error("{}: attention_dropout = {} is not supported (expected 0)", path, p);
+  check_attention_kinds(r, *fam, m);
+  warn_unknown(path, r.check_rest());
   return m;
 }
 
@@ -111,11 +380,22 @@ ModelConfig model_config_from_weights(const std::string& path, const ModelConfig
   m.n_layers = f.n_layers;
   m.n_heads = f.n_heads;
   m.n_kv_heads = f.n_kv_heads;
+  m.d_head = f.d_head;
   m.d_ff = f.d_ff;
   m.max_seq_len = f.max_seq_len;
   m.rope_theta = f.rope_theta;
+  m.rope_type = f.rope_type;
+  m.rope_factor = f.rope_factor;
+  m.rope_low_freq_factor = f.rope_low_freq_factor;
+  m.rope_high_freq_factor = f.rope_high_freq_factor;
+  m.rope_original_max_len = f.rope_original_max_len;
+  m.rope_beta_fast = f.rope_beta_fast;
+  m.rope_beta_slow = f.rope_beta_slow;
+  m.rope_attention_factor = f.rope_attention_factor;
+  m.rope_truncate = f.rope_truncate;
   m.norm_eps = f.norm_eps;
   m.qkv_bias = f.qkv_bias;
+  m.qk_norm = f.qk_norm;
   m.tie_embeddings = f.tie_embeddings;
   return m;
 }

@@ -16,6 +16,7 @@
 
 #include "model/weights.h"
 #include "model/hf_weights.h"
+#include "model/rope.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
@@ -99,9 +100,35 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 }
 
 const char* architecture_of(const std::string& model_type) {
+  if (model_type == "qwen3") return "Qwen3ForCausalLM";
   if (model_type == "qwen2") return "Qwen2ForCausalLM";
   if (model_type == "mistral") return "MistralForCausalLM";
   return "LlamaForCausalLM";
+}
+
+// The RoPE parameters of `m` as transformers names them, without rope_theta; {} for the default.
+json rope_scaling_json(const ModelConfig& m) {
+  json r = {{"rope_type", name_of(m.rope_type)}};
+  const int64_t original = rope_original_max_len(m);
+  switch (m.rope_type) {
+    case RopeType::kDefault: return json();
+    case RopeType::kLinear: r["factor"] = m.rope_factor; break;
+    case RopeType::kLlama3:
+      r["factor"] = m.rope_factor;
+      r["low_freq_factor"] = m.rope_low_freq_factor;
+      r["high_freq_factor"] = m.rope_high_freq_factor;
+      r["original_max_position_embeddings"] = original;
+      break;
+    case RopeType::kYarn:
+      r["factor"] = m.rope_factor;
+      r["original_max_position_embeddings"] = original;
+      r["attention_factor"] = rope_attention_scale(m);
+      r["beta_fast"] = m.rope_beta_fast;
+      r["beta_slow"] = m.rope_beta_slow;
+      r["truncate"] = m.rope_truncate;
+      break;
+  }
+  return r;
 }
 
 }  // namespace
@@ -117,12 +144,13 @@ std::string hf_config_json(const ModelConfig& m, const std::string& base_config_
     if (!j.is_object()) j = json::object();
   }
   std::string type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
-  // Qwen2 always has q/k/v biases and Llama/Mistral never (as we map them): a base of the other
-  // kind describes a different architecture, so start afresh.
-  const bool base_fits = (type == "qwen2") == m.qkv_bias && (type == "llama" || type == "mistral" || type == "qwen2");
+  // Qwen2 always has q/k/v biases, Qwen3 always q/k norms, and Llama/Mistral neither (as we map
+  // them): a base of another kind describes a different architecture, so start afresh.
+  const bool known = type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3";
+  const bool base_fits = known && (type == "qwen2") == m.qkv_bias && (type == "qwen3") == m.qk_norm;
   if (!base_fits) {
     j = json::object();
-    type = m.qkv_bias ? "qwen2" : "llama";
+    type = m.qk_norm ? "qwen3" : m.qkv_bias ? "qwen2" : "llama";
   }
   if (!j.contains("architectures")) j["architectures"] = {architecture_of(type)};
   j["model_type"] = type;
@@ -132,20 +160,29 @@ std::string hf_config_json(const ModelConfig& m, const std::string& base_config_
   j["num_hidden_layers"] = m.n_layers;
   j["num_attention_heads"] = m.n_heads;
   j["num_key_value_heads"] = m.kv_heads();
+  j["head_dim"] = m.head_dim();  // always: Qwen3's default (128) is not hidden_size / heads
   j["max_position_embeddings"] = m.max_seq_len;
   j["rms_norm_eps"] = m.norm_eps;
+  // RoPE in both forms: transformers 4.x reads rope_theta + rope_scaling (and keeps an unknown
+  // rope_parameters as an inert attribute); 5.x reads rope_parameters, or rope_scaling first when
+  // it is set, which then holds the same parameters.
+  const json scaling = rope_scaling_json(m);
   j["rope_theta"] = m.rope_theta;
+  j["rope_scaling"] = scaling;
+  json params = scaling.is_null() ? json{{"rope_type", "default"}} : scaling;
+  params["rope_theta"] = m.rope_theta;
+  j["rope_parameters"] = params;
   j["tie_word_embeddings"] = m.tie_embeddings;
   j["torch_dtype"] = hf_torch_dtype_name(dtype);
   if (j.contains("dtype")) j["dtype"] = hf_torch_dtype_name(dtype);  // newer transformers' name for it
-  if (j.contains("head_dim")) j["head_dim"] = m.head_dim();
   if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
-  if (!j.contains("rope_scaling")) j["rope_scaling"] = nullptr;
   if (!j.contains("initializer_range")) j["initializer_range"] = m.init_std;
-  if (type == "llama") {
+  if (type == "llama" || type == "qwen3") {
     if (!j.contains("attention_bias")) j["attention_bias"] = false;
+  }
+  if (type == "llama") {
     if (!j.contains("mlp_bias")) j["mlp_bias"] = false;
-  } else if (type == "qwen2") {
+  } else if (type == "qwen2" || type == "qwen3") {
     if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;
   } else if (type == "mistral") {
     if (!j.contains("sliding_window")) j["sliding_window"] = nullptr;

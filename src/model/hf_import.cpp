@@ -223,12 +223,14 @@ void load_initial_weights(LlamaModel& model, const std::string& init_from) {
   same("n_layers", f.n_layers, m.n_layers);
   same("n_heads", f.n_heads, m.n_heads);
   same("n_kv_heads", f.kv_heads(), m.kv_heads());
+  same("head dimension (d_head)", f.head_dim(), m.head_dim());
   same("d_ff", f.ff_dim(), m.ff_dim());
   auto same_flag = [&](const char* key, bool in_file, bool in_model) {
     if (in_file != in_model)
       user_error("{}: the weights file has {} = {}, the model config has {}", init_from, key, in_file, in_model);
   };
   same_flag("qkv_bias", f.qkv_bias, m.qkv_bias);
+  same_flag("qk_norm", f.qk_norm, m.qk_norm);
   same_flag("tie_embeddings", f.tie_embeddings, m.tie_embeddings);
   load_weights(model, init_from);
 }

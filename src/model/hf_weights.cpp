@@ -29,6 +29,10 @@ std::vector<HfTensor> hf_tensor_map(const LlamaModel& model) {
     add(p + "self_attn.v_proj.weight", b, "wv");
     if (cfg.qkv_bias) add(p + "self_attn.v_proj.bias", b, "bv");
     add(p + "self_attn.o_proj.weight", b, "wo");
+    if (cfg.qk_norm) {  // Qwen3
+      add(p + "self_attn.q_norm.weight", b, "q_norm");
+      add(p + "self_attn.k_norm.weight", b, "k_norm");
+    }
     add(p + "mlp.gate_proj.weight", b, "w_gate");
     add(p + "mlp.up_proj.weight", b, "w_up");
     add(p + "mlp.down_proj.weight", b, "w_down");

@@ -12,8 +12,8 @@
 
 namespace bcd {
 
-// One tensor of a transformers LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM
-// state dict and the slot it fills. Linear weights are [out, in] in both (F.linear computes
+// One tensor of a transformers LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /
+// Qwen3ForCausalLM state dict and the slot it fills. Linear weights are [out, in] in both (F.linear computes
 // x W^T) and our RoPE is transformers' rotate_half, so no transpose or q/k permutation.
 struct HfTensor {
   std::string name;             // e.g. "model.layers.0.self_attn.q_proj.weight"

@@ -10,7 +10,9 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/model_shape.h"
 #include "model/fused_loss.h"
+#include "model/rope.h"
 
 namespace bcd {
 
@@ -187,46 +189,29 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts, std::o
     : cfg_(cfg), opts_(opts) {
   auto store = [&](int block) { return storage ? storage(block) : torch::Tensor(); };
   BCD_CHECK(cfg.vocab_size > 0, "model vocab_size must be resolved before building the model");
-  const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
-  const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
-  blocks_.reserve(cfg.n_layers + 2);
-  blocks_.emplace_back("embed", std::vector<ParamSlot>{{"tok_embeddings", {v, c}, 0, 0, true, ""}}, opts, store(0));
-  for (int64_t i = 0; i < cfg.n_layers; ++i) {
-    std::vector<ParamSlot> s = {
-        {"attn_norm", {c}, 0, 0, false, "attn"}, {"wq", {h * d, c}, 0, 0, true, "attn"},
-        {"wk", {kv * d, c}, 0, 0, true, "attn"},  {"wv", {kv * d, c}, 0, 0, true, "attn"},
-        {"wo", {c, h * d}, 0, 0, true, "attn"},
-    };
-    if (cfg.qkv_bias) {
-      s.push_back({"bq", {h * d}, 0, 0, false, "attn"});
-      s.push_back({"bk", {kv * d}, 0, 0, false, "attn"});
-      s.push_back({"bv", {kv * d}, 0, 0, false, "attn"});
-    }
-    s.push_back({"mlp_norm", {c}, 0, 0, false, "mlp"});
-    s.push_back({"w_gate", {f, c}, 0, 0, true, "mlp"});
-    s.push_back({"w_up", {f, c}, 0, 0, true, "mlp"});
-    s.push_back({"w_down", {c, f}, 0, 0, true, "mlp"});
-    blocks_.emplace_back("layer." + std::to_string(i), std::move(s), opts, store(static_cast<int>(i) + 1));
+  const int n = model_block_count(cfg);
+  blocks_.reserve(n);
+  for (int b = 0; b < n; ++b) {
+    std::vector<ParamSlot> slots;
+    for (SlotShape& s : model_block_slots(cfg, b))
+      slots.push_back({std::move(s.name), std::move(s.shape), 0, 0, s.decay, std::move(s.part)});
+    blocks_.emplace_back(model_block_name(cfg, b), std::move(slots), opts, store(b));
   }
-  std::vector<ParamSlot> head = {{"norm", {c}, 0, 0, false, ""}};
-  if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, 0, 0, true, ""});
-  blocks_.emplace_back("head", std::move(head), opts, store(static_cast<int>(cfg.n_layers) + 1));
 
-  // Rotary tables in double, then cast, so every dtype sees the same angles. Built a few
-  // thousand positions at a time: the double transients stay small whatever max_seq_len is,
-  // and the tables themselves are what the planner counts (rope_table_bytes).
-  auto dopt = torch::TensorOptions().dtype(torch::kFloat64);
-  torch::Tensor inv_freq =
-      1.0 / torch::pow(cfg.rope_theta, torch::arange(0, d, 2, dopt) / static_cast<double>(d));
+  // Rotary tables, computed in fp32 on the CPU as transformers computes them (model/rope.h), then
+  // cast: every device and dtype sees the same angles. Built a few thousand positions at a time:
+  // the transients stay small whatever max_seq_len is, and the tables themselves are what the
+  // planner counts (rope_table_bytes).
+  const int64_t d = cfg.head_dim();
+  const torch::Tensor inv_freq = rope_inv_freq(cfg);
   cos_ = torch::empty({cfg.max_seq_len, d}, opts);
   sin_ = torch::empty({cfg.max_seq_len, d}, opts);
   constexpr int64_t kChunk = 4096;
   for (int64_t p0 = 0; p0 < cfg.max_seq_len; p0 += kChunk) {
-    const int64_t n = std::min(kChunk, cfg.max_seq_len - p0);
-    torch::Tensor freqs = torch::outer(torch::arange(p0, p0 + n, dopt), inv_freq);
-    torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-    cos_.narrow(0, p0, n).copy_(emb.cos().to(opts.dtype()));
-    sin_.narrow(0, p0, n).copy_(emb.sin().to(opts.dtype()));
+    const int64_t len = std::min(kChunk, cfg.max_seq_len - p0);
+    const auto [cos, sin] = rope_tables(cfg, inv_freq, p0, len);
+    cos_.narrow(0, p0, len).copy_(cos.to(opts.dtype()));
+    sin_.narrow(0, p0, len).copy_(sin.to(opts.dtype()));
   }
   if (seed) init_weights(*seed);
 }
@@ -313,8 +298,13 @@ torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const
   torch::Tensor hn = rms_norm(x, b.param("attn_norm"), cfg_.norm_eps);
   torch::Tensor bq, bk, bv;
   if (cfg_.qkv_bias) bq = b.param("bq"), bk = b.param("bk"), bv = b.param("bv");
-  torch::Tensor q = dense(hn, b.param("wq"), bq).view({bsz, t, h, d}).transpose(1, 2);
-  torch::Tensor k = dense(hn, b.param("wk"), bk).view({bsz, t, kv, d}).transpose(1, 2);
+  torch::Tensor q = dense(hn, b.param("wq"), bq).view({bsz, t, h, d});
+  torch::Tensor k = dense(hn, b.param("wk"), bk).view({bsz, t, kv, d});
+  if (cfg_.qk_norm) {  // Qwen3: each head's q and k RMS-normalised over D, before RoPE
+    q = rms_norm(q, b.param("q_norm"), cfg_.norm_eps);
+    k = rms_norm(k, b.param("k_norm"), cfg_.norm_eps);
+  }
+  q = q.transpose(1, 2), k = k.transpose(1, 2);
   torch::Tensor v = dense(hn, b.param("wv"), bv).view({bsz, t, kv, d}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);

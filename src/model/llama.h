@@ -1,7 +1,8 @@
-// Llama-family decoder (Llama 2/3, Mistral, Qwen2 shapes) whose parameters live in blocks:
+// Llama-family decoder (Llama 2/3/3.1+, Mistral, Qwen2, Qwen3 shapes) whose parameters live in blocks:
 // "embed", "layer.0" ... "layer.{L-1}", "head" (final norm + LM head; with tied embeddings
 // the LM head is embed's matrix). Conventions follow HF transformers' LlamaModel: RMSNorm in
-// fp32, rotary embeddings in the half-split (rotate_half) layout, SwiGLU MLP.
+// fp32, rotary embeddings in the half-split (rotate_half) layout (model/rope.h), SwiGLU MLP;
+// Qwen3 normalises each head of q and k. The slots of each block: base/model_shape.h.
 #pragma once
 
 #include <torch/torch.h>
