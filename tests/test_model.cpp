@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/hf_config.h"
@@ -104,8 +105,9 @@ TEST(Model, RotaryMatchesDirectFormula) {
       // HF half-split layout: pair (i, i + D/2) rotated by p * theta^(-2i/D)
       const double ang = static_cast<double>(p) * std::pow(cfg.rope_theta, -2.0 * i / d);
       const double a = xa[0][0][p][i], b = xa[0][0][p][i + d / 2];
-      EXPECT_NEAR(oa[0][0][p][i], a * std::cos(ang) - b * std::sin(ang), 1e-6) << "p=" << p << " i=" << i;
-      EXPECT_NEAR(oa[0][0][p][i + d / 2], b * std::cos(ang) + a * std::sin(ang), 1e-6) << "p=" << p << " i=" << i;
+      // The tables hold fp32 angles (as transformers computes them): ~1e-7 relative per angle.
+      EXPECT_NEAR(oa[0][0][p][i], a * std::cos(ang) - b * std::sin(ang), 1e-5) << "p=" << p << " i=" << i;
+      EXPECT_NEAR(oa[0][0][p][i + d / 2], b * std::cos(ang) + a * std::sin(ang), 1e-5) << "p=" << p << " i=" << i;
     }
   }
 }
@@ -117,12 +119,13 @@ TEST(Model, RotaryTablesBuiltInChunksAreTheWholeTable) {
   cfg.max_seq_len = 9000;
   LlamaModel m(cfg);
   const int64_t d = cfg.head_dim();
-  auto dopt = torch::TensorOptions().dtype(torch::kFloat64);
-  torch::Tensor inv = 1.0 / torch::pow(cfg.rope_theta, torch::arange(0, d, 2, dopt) / static_cast<double>(d));
-  torch::Tensor f = torch::outer(torch::arange(cfg.max_seq_len, dopt), inv);
+  // transformers' computation (LlamaRotaryEmbedding), in fp32 over every position at once.
+  torch::Tensor inv = 1.0 / torch::pow(cfg.rope_theta, torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) / d);
+  torch::Tensor f = torch::matmul(inv.view({1, d / 2, 1}), torch::arange(cfg.max_seq_len).to(torch::kFloat32).view({1, 1, -1}))
+                        .transpose(1, 2)[0];
   torch::Tensor emb = torch::cat({f, f}, -1);
-  EXPECT_TRUE(torch::equal(m.rope_cos(), emb.cos().to(torch::kFloat32)));
-  EXPECT_TRUE(torch::equal(m.rope_sin(), emb.sin().to(torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(m.rope_cos(), emb.cos()));
+  EXPECT_TRUE(torch::equal(m.rope_sin(), emb.sin()));
 }
 
 TEST(Model, RotaryScoresDependOnlyOnRelativePosition) {
@@ -444,6 +447,102 @@ TEST(HfConfig, MapsLlamaMistralQwen2) {
     "max_position_embeddings": 32768, "sliding_window": null})");
   ModelConfig s = model_config_from_hf(dir.file("mistral.json"), ModelConfig{});
   EXPECT_EQ(s.kv_heads(), 8);
+}
+
+// The same Llama 3.1 model in the form transformers 4.x writes (rope_theta + rope_scaling) and in
+// the form 5.x writes (rope_parameters) reads to the same ModelConfig; so does Qwen3's implicit
+// head_dim (128 in transformers' Qwen3Config, not hidden_size / heads).
+TEST(HfConfig, ReadsBothRopeFormsAndExplicitHeadDims) {
+  test::TempDir dir;
+  const std::string shape = R"("model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "hidden_act": "silu")";
+  test::write_text(dir.file("v4.json"), "{" + shape + R"(, "rope_theta": 500000.0, "rope_scaling": {"factor": 8.0,
+    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
+  test::write_text(dir.file("v5.json"), "{" + shape + R"(, "rope_parameters": {"rope_theta": 500000.0, "factor": 8.0,
+    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
+  for (const char* f : {"v4.json", "v5.json"}) {
+    SCOPED_TRACE(f);
+    const ModelConfig m = model_config_from_hf(dir.file(f), ModelConfig{});
+    EXPECT_DOUBLE_EQ(m.rope_theta, 5e5);
+    EXPECT_EQ(m.rope_type, RopeType::kLlama3);
+    EXPECT_DOUBLE_EQ(m.rope_factor, 8.0);
+    EXPECT_DOUBLE_EQ(m.rope_high_freq_factor, 4.0);
+    EXPECT_EQ(m.rope_original_max_len, 8192);
+    EXPECT_EQ(m.head_dim(), 128);
+  }
+  // transformers-4 style "type" instead of "rope_type"; yarn's default attention factor.
+  test::write_text(dir.file("yarn.json"), "{" + shape + R"(, "rope_theta": 1e6, "rope_scaling": {"type": "yarn",
+    "factor": 4.0, "original_max_position_embeddings": 32768}})");
+  const ModelConfig y = model_config_from_hf(dir.file("yarn.json"), ModelConfig{});
+  EXPECT_EQ(y.rope_type, RopeType::kYarn);
+  EXPECT_EQ(y.rope_original_max_len, 32768);
+  // Mistral-Nemo: head_dim 128 with hidden 5120 and 32 heads (160 each if it were implied).
+  test::write_text(dir.file("nemo.json"), R"({"model_type": "mistral", "vocab_size": 131072, "hidden_size": 5120,
+    "intermediate_size": 14336, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "max_position_embeddings": 1024000, "rope_theta": 1000000.0, "sliding_window": null})");
+  const ModelConfig nemo = model_config_from_hf(dir.file("nemo.json"), ModelConfig{});
+  EXPECT_EQ(nemo.head_dim(), 128);
+  EXPECT_EQ(nemo.d_head, 128);
+  // Qwen3-0.6B without its head_dim key: transformers' default, 128.
+  test::write_text(dir.file("qwen3.json"), R"({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024,
+    "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "max_position_embeddings": 40960, "rope_theta": 1000000, "tie_word_embeddings": true, "use_sliding_window": false,
+    "sliding_window": null, "max_window_layers": 28, "attention_bias": false, "attention_dropout": 0.0,
+    "layer_types": ["full_attention", "full_attention", "full_attention", "full_attention", "full_attention",
+    "full_attention", "full_attention", "full_attention", "full_attention", "full_attention", "full_attention",
+    "full_attention", "full_attention", "full_attention", "full_attention", "full_attention", "full_attention",
+    "full_attention", "full_attention", "full_attention", "full_attention", "full_attention", "full_attention",
+    "full_attention", "full_attention", "full_attention", "full_attention", "full_attention"]})");
+  const ModelConfig q3 = model_config_from_hf(dir.file("qwen3.json"), ModelConfig{});
+  EXPECT_EQ(q3.head_dim(), 128);
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_FALSE(q3.qkv_bias);
+  EXPECT_EQ(q3.rope_type, RopeType::kDefault);
+}
+
+// What changes the math and is not implemented is refused by name; what is unknown is named in
+// one warning line (once per file and process).
+TEST(HfConfig, RefusesUnimplementedMathAndNamesUnknownKeys) {
+  test::TempDir dir;
+  const std::string shape = R"("vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64)";
+  auto refused = [&](const std::string& type, const std::string& extra, const std::vector<std::string>& needles) {
+    const std::string file = dir.file("r.json");
+    test::write_text(file, "{\"model_type\": \"" + type + "\", " + shape + ", " + extra + "}");
+    const std::string e = test::error_of([&] { model_config_from_hf(file, ModelConfig{}); });
+    EXPECT_NE(e.find(file), std::string::npos) << extra << ": " << e;
+    for (const auto& n : needles) EXPECT_NE(e.find(n), std::string::npos) << extra << ": " << e;
+  };
+  refused("llama", R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})", {"dynamic", "llama3", "yarn"});
+  refused("llama", R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4})", {"rope_parameters.rope_type", "longrope"});
+  refused("llama", R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})", {"low_freq_factor", "missing"});
+  refused("llama", R"("rope_scaling": {"rope_type": "linear", "factor": 2.0, "mrope_section": [1, 2]})", {"mrope_section"});
+  refused("llama", R"("partial_rotary_factor": 0.5)", {"partial_rotary_factor"});
+  refused("qwen3", R"("layer_types": ["full_attention", "sliding_attention"], "sliding_window": 16, "use_sliding_window": true)",
+          {"sliding_window 16", "layer 1"});
+  refused("qwen2", R"("use_sliding_window": true, "sliding_window": 16, "max_window_layers": 1)", {"sliding_window 16"});
+  refused("mistral", R"("sliding_window": 16)", {"sliding_window 16"});
+  refused("llama", R"("layer_types": ["full_attention", "chunked_attention"])", {"chunked_attention"});
+  refused("llama", R"("attn_logit_softcapping": 50.0)", {"attn_logit_softcapping"});
+  refused("llama", R"("quantization_config": {"quant_method": "gptq"})", {"quantization_config"});
+  refused("llama", R"("attention_dropout": 0.1)", {"attention_dropout"});
+  refused("qwen3", R"("attention_bias": true)", {"attention_bias"});
+  refused("gemma2", R"("head_dim": 8)", {"gemma2"});
+  refused("llama", R"("head_dim": 7)", {"head_dim"});
+
+  // Off values of refused keys and inert keys pass silently; unknown keys are named once.
+  const std::string file = dir.file("w.json");
+  test::write_text(file, R"({"model_type": "llama", )" + shape + R"(, "final_logit_softcapping": null,
+    "use_cache": true, "transformers_version": "5.25.0", "zz_custom": 1, "aa_other": "x", "pretraining_tp": 1})");
+  testing::internal::CaptureStderr();
+  model_config_from_hf(file, ModelConfig{});
+  model_config_from_hf(file, ModelConfig{});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(file), std::string::npos) << err;
+  EXPECT_NE(err.find("aa_other, zz_custom"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;  // one line, once
+  EXPECT_EQ(err.find("use_cache"), std::string::npos) << err;
 }
 
 TEST(HfConfig, RejectsUnsupportedInputNamingTheFile) {
