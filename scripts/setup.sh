@@ -56,7 +56,10 @@ fi
 # torch 2.11.0 on PyPI is the CUDA 13.0 build (2.11.0+cu130): the same LibTorch serves CPU runs,
 # CI's CUDA-enabled build (nvcc 13) and the GPU check. About 2.7 GB downloaded, 4.6 GB installed.
 TORCH_VERSION=2.11.0
+TRANSFORMERS_VERSION=5.25.0   # tests' reference for the model formats (config.json, safetensors)
+TRANSFORMERS4_VERSION=4.57.6  # the last 4.x: exports must load in both
 torch_dir=${BCD_TORCH_DIR:-}
+test_python=()
 if [[ -z $torch_dir ]]; then
   venv=${BCD_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/bcdtrain/torch-$TORCH_VERSION}
   mkdir -p "$(dirname "$venv")"
@@ -74,6 +77,24 @@ if [[ -z $torch_dir ]]; then
     "$venv/bin/python" -m pip install -q --no-cache-dir "torch==$TORCH_VERSION"
     have_torch || { say "torch $TORCH_VERSION did not install into $venv"; exit 1; }
   fi
+  # The model-format tests' reference, never the product's (tests/hf_reference.py): transformers
+  # 5.x in the same environment, and 4.x in a folder of its own that goes first on PYTHONPATH
+  # (its huggingface-hub and tokenizers are older than 5.x's), so exports are read by both.
+  have_pkg() {
+    [[ $("$1" -c "import importlib.metadata as m; print(m.version('transformers'))" 2>/dev/null) == "$2" ]]
+  }
+  if ! have_pkg "$venv/bin/python" "$TRANSFORMERS_VERSION"; then
+    echo "setup: installing transformers==$TRANSFORMERS_VERSION into $venv (tests only)"
+    "$venv/bin/python" -m pip install -q --no-cache-dir "transformers==$TRANSFORMERS_VERSION"
+  fi
+  tf4=$venv-transformers-$TRANSFORMERS4_VERSION
+  if ! PYTHONPATH=$tf4 have_pkg "$venv/bin/python" "$TRANSFORMERS4_VERSION"; then
+    echo "setup: installing transformers==$TRANSFORMERS4_VERSION into $tf4 (tests only)"
+    rm -rf "$tf4.tmp"
+    "$venv/bin/python" -m pip install -q --no-cache-dir --target "$tf4.tmp" "transformers==$TRANSFORMERS4_VERSION"
+    rm -rf "$tf4" && mv "$tf4.tmp" "$tf4"
+  fi
+  test_python=(-DBCD_TEST_PYTHON="$venv/bin/python" -DBCD_TEST_TRANSFORMERS4="$tf4")
   exec 9>&-
   # torch.utils.cmake_prefix_path without importing torch.
   torch_dir=$("$venv/bin/python" -c 'import importlib.util, os
@@ -94,5 +115,5 @@ require_cuda=OFF
 if command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then require_cuda=ON; fi
 jobs=${BCD_JOBS:-$(nproc)}
 cmake -S . -B build -DCMAKE_BUILD_TYPE="${BCD_BUILD_TYPE:-Release}" -DTorch_DIR="$torch_dir" \
-  -DBCD_REQUIRE_CUDA="$require_cuda"
+  -DBCD_REQUIRE_CUDA="$require_cuda" "${test_python[@]}"
 cmake --build build -j "$jobs"
