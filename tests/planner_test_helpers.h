@@ -22,6 +22,7 @@ inline ModelConfig small_shape(int variant) {
     case 0: m.n_kv_heads = 2; m.d_ff = 100; break;           // GQA, odd d_ff
     case 1: m.qkv_bias = true; m.n_kv_heads = 3; break;      // Qwen2 style, default d_ff
     case 2: m.tie_embeddings = true; m.vocab_size = 50; break;  // tied head
+    case 4: m.qk_norm = true; m.d_head = 12; m.n_kv_heads = 2; break;  // Qwen3 style: q/k norms, wider heads
     default: m.n_kv_heads = 1; m.qkv_bias = true; m.tie_embeddings = true; m.d_ff = 7; break;
   }
   return m;

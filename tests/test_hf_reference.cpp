@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "base/error.h"
 #include "model/hf_config.h"
@@ -89,6 +90,7 @@ TEST_F(HfReference, ImportedModelsComputeWhatTransformersComputesAndExportBack) 
   ASSERT_GE(manifest.size(), 12u);
   std::set<std::string> families;
   std::string exported;
+  testing::internal::CaptureStderr();  // every key transformers writes is known (read or inert)
   for (const json& v : manifest) {
     const std::string name = v["name"].get<std::string>(), src = dir_->file("ref/" + name);
     SCOPED_TRACE(name);
@@ -119,6 +121,8 @@ TEST_F(HfReference, ImportedModelsComputeWhatTransformersComputesAndExportBack) 
     EXPECT_DOUBLE_EQ(back.rope_theta, mc.rope_theta);
     exported += " " + quote(out);
   }
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(warnings.find("not known to bcdtrain"), std::string::npos) << warnings;
   // Every family in both config forms.
   for (const char* f : {"llama/v5", "llama/v4", "mistral/v5", "mistral/v4", "qwen2/v5", "qwen2/v4", "qwen3/v5", "qwen3/v4"})
     EXPECT_TRUE(families.count(f)) << f;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "model/hf_config.h"
 #include "model/llama.h"
@@ -501,6 +502,61 @@ TEST(HfConfig, ReadsBothRopeFormsAndExplicitHeadDims) {
   EXPECT_EQ(q3.rope_type, RopeType::kDefault);
 }
 
+// config.json files as the published models carry them read without a warning: every key is
+// read or known to change nothing.
+TEST(HfConfig, PublishedConfigsReadWithoutWarnings) {
+  test::TempDir dir;
+  const std::map<std::string, std::string> configs = {
+      {"llama-3.2-1b", R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+        "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+        "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false,
+        "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+        "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+        "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})"},
+      {"smollm2-135m", R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 576,
+        "initializer_range": 0.041666666666666664, "intermediate_size": 1536, "is_llama_config": true,
+        "max_position_embeddings": 8192, "mlp_bias": false, "model_type": "llama", "num_attention_heads": 9,
+        "num_hidden_layers": 30, "num_key_value_heads": 3, "pad_token_id": 2, "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05, "rope_interleaved": false, "rope_scaling": null, "rope_theta": 100000,
+        "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.42.3",
+        "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16", "fp16": "float16"}}, "use_cache": true,
+        "vocab_size": 49152})"},
+      {"qwen2.5-7b", R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02,
+        "intermediate_size": 18944, "max_position_embeddings": 32768, "max_window_layers": 28, "model_type": "qwen2",
+        "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+        "transformers_version": "4.43.1", "use_cache": true, "use_sliding_window": false, "vocab_size": 152064})"},
+      {"qwen3-8b", R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+        "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 12288, "max_position_embeddings": 40960,
+        "max_window_layers": 36, "model_type": "qwen3", "num_attention_heads": 32, "num_hidden_layers": 36,
+        "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+        "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+        "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})"},
+      {"mistral-nemo", R"({"architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+        "eos_token_id": 2, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120, "initializer_range": 0.02,
+        "intermediate_size": 14336, "max_position_embeddings": 1024000, "model_type": "mistral",
+        "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+        "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 131072})"}};
+  for (const auto& [name, text] : configs) {
+    SCOPED_TRACE(name);
+    test::write_text(dir.file(name + ".json"), text);
+    testing::internal::CaptureStderr();
+    const ModelConfig m = model_config_from_hf(dir.file(name + ".json"), ModelConfig{});
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+    EXPECT_GT(m.n_params(), 1e8);
+  }
+  test::write_text(dir.file("interleaved.json"), R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "rope_interleaved": true})");
+  EXPECT_NE(test::error_of([&] { model_config_from_hf(dir.file("interleaved.json"), ModelConfig{}); }).find("rope_interleaved"),
+            std::string::npos);
+}
+
 // What changes the math and is not implemented is refused by name; what is unknown is named in
 // one warning line (once per file and process).
 TEST(HfConfig, RefusesUnimplementedMathAndNamesUnknownKeys) {
@@ -530,6 +586,8 @@ TEST(HfConfig, RefusesUnimplementedMathAndNamesUnknownKeys) {
   refused("qwen3", R"("attention_bias": true)", {"attention_bias"});
   refused("gemma2", R"("head_dim": 8)", {"gemma2"});
   refused("llama", R"("head_dim": 7)", {"head_dim"});
+  refused("llama", R"("rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0})",
+          {"rope_parameters.rope_theta", "disagree"});
 
   // Off values of refused keys and inert keys pass silently; unknown keys are named once.
   const std::string file = dir.file("w.json");

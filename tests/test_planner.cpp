@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 
 #include "memory/planner.h"
 #include "model/llama.h"
@@ -51,6 +52,7 @@ TEST_P(PlannerShape, BlockLayoutsMatchLlamaModel) {
   }
   EXPECT_EQ(count_params(cfg), model.num_params());
   EXPECT_EQ(count_params(cfg), params);
+  EXPECT_EQ(static_cast<int64_t>(cfg.n_params()), params);  // the bound checks' count in double
 }
 
 // make_units is unit_shapes; what must agree is the state the optimizer lays out for each unit
@@ -99,7 +101,7 @@ TEST_P(PlannerShape, UnitsMatchTheOptimizersLayout) {
   EXPECT_THROW(unit_shapes(cfg, too_many), UserError);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, PlannerShape, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Variants, PlannerShape, ::testing::Values(0, 1, 2, 3, 4));
 
 TEST(Planner, Llama2_7bParameterCount) {
   EXPECT_EQ(count_params(llama2_7b()), 6738415616);
@@ -371,7 +373,8 @@ TEST(PlannerCli, ShippedConfigsFit) {
     bool streams;
   };
   for (const Case c : {Case{"configs/llama2-7b-1x4090.toml", "", false}, Case{"configs/llama3-8b-4x4090.toml", "", false},
-                       Case{"configs/llama3-8b-1x4090.toml", "", false},
+                       Case{"configs/llama3-8b-1x4090.toml", "", false}, Case{"configs/llama3.1-8b-1x4090.toml", "", false},
+                       Case{"configs/qwen3-8b-1x4090.toml", "", false},
                        Case{"configs/llama2-7b-lowram.toml", "", false}, Case{"configs/llama2-13b-1x4090.toml", "", true},
                        Case{"configs/llama2-70b-4x4090.toml", "", true}}) {
     const auto r = test::run_bcdtrain("plan --config " + test::source_path(c.file) + c.args);
@@ -385,24 +388,30 @@ TEST(PlannerCli, ShippedConfigsFit) {
   }
 }
 
-// Llama-3-8B on one 24 GiB card with every block trained: the embedding and the head are among the
-// units (as vocabulary slices), and the plan leaves headroom on the GPU.
-TEST(PlannerCli, Llama3On1x4090TrainsEveryBlockWithHeadroom) {
-  const auto r = test::run_bcdtrain("plan --config " + test::source_path("configs/llama3-8b-1x4090.toml"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("40 BCD unit(s); largest unit 'layer.0'"), std::string::npos) << r.output;
-  const size_t at = r.output.find("\ncompute ");
-  ASSERT_NE(at, std::string::npos) << r.output;
-  std::istringstream row(r.output.substr(at + 9, r.output.find('\n', at + 1) - at - 9));
-  std::vector<double> cols;
-  for (double x; row >> x;) cols.push_back(x);
-  ASSERT_EQ(cols.size(), 10u) << r.output;
-  EXPECT_GE(cols[9], 3.0) << "GiB of headroom on the GPU";
-  const Config cfg = load_config(test::source_path("configs/llama3-8b-1x4090.toml"), {});
-  std::vector<std::string> names;
-  for (const UnitShape& u : unit_shapes(cfg.model, cfg.bcd)) names.push_back(u.name);
-  for (const char* u : {"embed.0", "embed.3", "layer.31", "head.0", "head.3"})
-    EXPECT_NE(std::find(names.begin(), names.end(), u), names.end()) << u;
+// Llama-3-8B, Llama-3.1-8B and Qwen3-8B on one 24 GiB card with every block trained: the
+// embedding and the head are among the units (as vocabulary slices), a layer is the largest unit,
+// and the plan leaves headroom on the GPU.
+TEST(PlannerCli, EightBOn1x4090TrainsEveryBlockWithHeadroom) {
+  for (const auto& [file, units, last_layer] :
+       {std::tuple<const char*, const char*, const char*>{"configs/llama3-8b-1x4090.toml", "40", "layer.31"},
+        {"configs/llama3.1-8b-1x4090.toml", "40", "layer.31"}, {"configs/qwen3-8b-1x4090.toml", "44", "layer.35"}}) {
+    SCOPED_TRACE(file);
+    const auto r = test::run_bcdtrain("plan --config " + test::source_path(file));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string(units) + " BCD unit(s); largest unit 'layer.0'"), std::string::npos) << r.output;
+    const size_t at = r.output.find("\ncompute ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    std::istringstream row(r.output.substr(at + 9, r.output.find('\n', at + 1) - at - 9));
+    std::vector<double> cols;
+    for (double x; row >> x;) cols.push_back(x);
+    ASSERT_EQ(cols.size(), 10u) << r.output;
+    EXPECT_GE(cols[9], 3.0) << "GiB of headroom on the GPU";
+    const Config cfg = load_config(test::source_path(file), {});
+    std::vector<std::string> names;
+    for (const UnitShape& u : unit_shapes(cfg.model, cfg.bcd)) names.push_back(u.name);
+    for (const char* u : {"embed.0", "embed.3", last_layer, "head.0", "head.3"})
+      EXPECT_NE(std::find(names.begin(), names.end(), u), names.end()) << u;
+  }
 }
 
 // `plan` and a run plan through one function (runtime/run_plan.h): for every shipped config, the
@@ -428,7 +437,7 @@ TEST(PlannerCli, PlanAndARunPrintTheSamePlanForEveryShippedConfig) {
     EXPECT_EQ(plan.exit_code, run.exit_code) << e.path();
     EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << "a dry run wrote its run directory";
   }
-  EXPECT_EQ(n, 8) << "configs/ holds another number of configs: this test covers them all";
+  EXPECT_EQ(n, 10) << "configs/ holds another number of configs: this test covers them all";
 }
 
 TEST(PlannerCli, SmallGpuIsRefusedNamingCompute) {

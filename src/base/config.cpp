@@ -3,6 +3,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -319,11 +320,16 @@ void ModelConfig::validate() const {
     user_error("config: [model] d_model ({}) must be divisible by n_heads ({}), or d_head set", d_model, n_heads);
   if (n_heads % kv_heads() != 0)
     user_error("config: [model] n_heads ({}) must be divisible by n_kv_heads ({})", n_heads, kv_heads());
+  if (n_heads > (int64_t{1} << 24) / std::max<int64_t>(head_dim(), 1))
+    user_error("config: [model] n_heads ({}) x the head dimension ({}: {}) is beyond any model (at most {})", n_heads,
+               d_head > 0 ? "d_head" : "d_model / n_heads", head_dim(), int64_t{1} << 24);
   if (head_dim() % 2 != 0)
     user_error("config: [model] head dimension {} ({}) must be even for rotary embeddings", head_dim(),
                d_head > 0 ? "d_head" : "d_model / n_heads");
   positive("model", "max_seq_len", max_seq_len);
-  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) user_error("config: [model] rope_theta must be positive");
+  if (!rope_theta_ok(rope_theta))
+    user_error("config: [model] rope_theta must be a number above 1 that fp32 holds (the rotary frequencies are "
+               "computed in fp32, as transformers computes them), got {}", rope_theta);
   if (norm_eps <= 0) user_error("config: [model] norm_eps must be positive");
   if (rope_type != RopeType::kDefault && (!(rope_factor > 0) || !std::isfinite(rope_factor)))
     user_error("config: [model] rope_factor must be positive for rope_type \"{}\", got {}", name_of(rope_type), rope_factor);

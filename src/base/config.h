@@ -98,8 +98,12 @@ struct Bytes {
   bool is_auto = true;
 };
 
+// A RoPE base the fp32 frequency tables can use (model/rope.h): above 1 (below, every frequency
+// exceeds a radian a token) and finite in fp32.
+inline bool rope_theta_ok(double theta) { return theta > 1 && theta <= 3.4e38; }
+
 struct ModelConfig {
-  std::string hf_config;          // HF config.json to take the shape from (llama, mistral, qwen2)
+  std::string hf_config;          // HF config.json to take the shape from (llama, mistral, qwen2, qwen3)
   std::string init_from;          // initial weights: "" (random), "hf:DIR" or a bcdtrain .h5 file
   int64_t vocab_size = 0;         // 0: the dataset tokenizer's vocabulary size
   int64_t d_model = 256;          // hidden size (HF: hidden_size)
@@ -133,7 +137,7 @@ struct ModelConfig {
   void validate() const;  // this section alone; UserError naming the key
   template <class V>
   void visit(V& v) {
-    v("hf_config", hf_config, "HF config.json to take the shape from (llama, mistral, qwen2); fills the fields below", Resume::kFixed);
+    v("hf_config", hf_config, "HF config.json to take the shape from (llama, mistral, qwen2, qwen3; both the transformers 4 and 5 forms); fills the fields below", Resume::kFixed);
     v("init_from", init_from, "initial weights: \"\" = random (init_std); \"hf:DIR\" = a Hugging Face model directory (config.json + safetensors); or a bcdtrain .h5 weights file or checkpoint. The file also gives the shape, unless hf_config is set", Resume::kPlacement);
     v("vocab_size", vocab_size, "vocabulary size; 0 = the dataset tokenizer's", Resume::kFixed);
     v("d_model", d_model, "hidden size (HF hidden_size)", Resume::kFixed);
@@ -208,6 +212,7 @@ struct TrainConfig {
   double peak_tflops = 0;         // the device's peak TFLOP/s for MFU; 0 = known GPUs' data sheet
   bool save_model = true;         // write model.h5 and samples.txt at the end (false: measurements)
   bool plot = false;              // draw <run_dir>/plots (runtime/plots.h) when the run ends
+  bool tensorboard = false;       // also write metrics.jsonl's scalars as TensorBoard events
 
   void validate() const;  // this section alone; UserError naming the key
   template <class V>
@@ -233,6 +238,7 @@ struct TrainConfig {
     v("save_model", save_model, "write <run_dir>/model.h5 and samples.txt when the run ends; false for measuring runs (a 7B model.h5 is 27 GB)", Resume::kPlacement);
     v("peak_tflops", peak_tflops, "the device's dense peak TFLOP/s in the working dtype, for the MFU in metrics.jsonl; 0 = from a table of known GPUs (none on the CPU)", Resume::kPlacement);
     v("plot", plot, "when the run ends (finished or stopped by a signal), draw its PNGs into <run_dir>/plots (needs gnuplot; without it a warning)", Resume::kPlacement);
+    v("tensorboard", tensorboard, "also write every metrics.jsonl record's scalars to <run_dir>/tensorboard/events.out.tfevents.* (tensorboard --logdir), as the run goes; a resume rewrites them from metrics.jsonl, so no step appears twice", Resume::kPlacement);
   }
 };
 

@@ -54,7 +54,8 @@ const std::set<std::string>& inert_keys() {
       "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
       "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
       "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
-      "_attn_implementation_autoset", "model_type",
+      "_attn_implementation_autoset", "model_type", "is_llama_config",
+      "transformers.js_config",
   };
   return keys;
 }
@@ -69,6 +70,7 @@ const std::vector<std::pair<const char*, json>>& refused_keys() {
       {"quantization_config", nullptr},     {"num_experts", 0},                  {"num_local_experts", 0},
       {"num_experts_per_tok", 0},           {"use_mrope", false},                {"mrope_section", nullptr},
       {"use_parallel_residual", false},     {"qk_layernorm", false},             {"auto_map", nullptr},
+      {"rope_interleaved", false},  // nanotron's (SmolLM2 writes false): pairs (2i, 2i+1), not halves
   };
   return keys;
 }
@@ -187,7 +189,13 @@ void read_rope(HfReader& r, const json& top, ModelConfig& m) {
   };
   auto has = [&](const char* k) { return params.contains(k) && !params.at(k).is_null(); };
 
-  m.rope_theta = has("rope_theta") ? number("rope_theta") : r.get_or<double>("rope_theta", 10000.0);
+  // Both places may hold a theta (our exports write both): transformers 5 takes the dict's, 4.x the
+  // top-level one, so two different values would be two different models.
+  const double top_theta = r.get_or<double>("rope_theta", 10000.0);
+  m.rope_theta = has("rope_theta") ? number("rope_theta") : top_theta;
+  if (has("rope_theta") && r.has("rope_theta") && m.rope_theta != top_theta)
+    user_error("{}: \"{}\" ({}) and \"rope_theta\" ({}) disagree (transformers 5 reads the first, 4.x the second)",
+               r.path(), key("rope_theta"), m.rope_theta, top_theta);
   std::string type = "default";
   if (has("rope_type")) type = r.value<std::string>(params.at("rope_type"), key("rope_type"));
   else if (has("type")) type = r.value<std::string>(params.at("type"), key("type"));
@@ -271,26 +279,29 @@ void check_attention_kinds(HfReader& r, const Family& fam, const ModelConfig& m)
   // Qwen: layers from max_window_layers up slide (transformers' layer_types default).
   int64_t first_sliding = 0;
   if (fam.window_switch) first_sliding = r.get_or<int64_t>("max_window_layers", 28);
-  std::vector<std::string> kinds;
-  if (r.has("layer_types")) {
-    const json& lt = r.at("layer_types");
-    if (!lt.is_array()) user_error("{}: \"layer_types\" must be a list, got {}", r.path(), lt.type_name());
-    for (const json& k : lt) kinds.push_back(r.value<std::string>(k, "layer_types"));
-    if (static_cast<int64_t>(kinds.size()) != m.n_layers)
-      user_error("{}: \"layer_types\" lists {} layers, num_hidden_layers is {}", r.path(), kinds.size(), m.n_layers);
-  } else {
-    for (int64_t i = 0; i < m.n_layers; ++i)
-      kinds.push_back(window > 0 && (!fam.window_switch || i >= first_sliding) ? "sliding_attention" : "full_attention");
-  }
-  for (size_t i = 0; i < kinds.size(); ++i) {
-    if (kinds[i] == "full_attention") continue;
-    if (kinds[i] != "sliding_attention")
-      user_error("{}: \"layer_types\" names \"{}\" for layer {} (bcdtrain implements full_attention only)", r.path(),
-                 kinds[i], i);
+  auto refuse_window = [&](int64_t layer) {
     if (window > 0 && window < m.max_seq_len)
       user_error("{}: sliding_window {} < max_position_embeddings {} is not supported (layer {} is "
                  "sliding_attention; bcdtrain implements full attention only)",
-                 r.path(), window, m.max_seq_len, i);
+                 r.path(), window, m.max_seq_len, layer);
+  };
+  if (!r.has("layer_types")) {
+    // transformers' default: every layer slides (Mistral), or those from max_window_layers up (Qwen)
+    const int64_t first = fam.window_switch ? std::max<int64_t>(first_sliding, 0) : 0;
+    if (window > 0 && first < m.n_layers) refuse_window(first);
+    return;
+  }
+  const json& lt = r.at("layer_types");
+  if (!lt.is_array()) user_error("{}: \"layer_types\" must be a list, got {}", r.path(), lt.type_name());
+  if (static_cast<int64_t>(lt.size()) != m.n_layers)
+    user_error("{}: \"layer_types\" lists {} layers, num_hidden_layers is {}", r.path(), lt.size(), m.n_layers);
+  for (size_t i = 0; i < lt.size(); ++i) {
+    const std::string kind = r.value<std::string>(lt[i], "layer_types");
+    if (kind == "full_attention") continue;
+    if (kind != "sliding_attention")
+      user_error("{}: \"layer_types\" names \"{}\" for layer {} (bcdtrain implements full_attention only)", r.path(),
+                 kind, i);
+    refuse_window(static_cast<int64_t>(i));
   }
 }
 
@@ -344,6 +355,12 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
   if (head_dim <= 0 || head_dim > kMaxHeadDim)
     user_error("{}: head_dim must be in [1, {}], got {}", path, kMaxHeadDim, head_dim);
   if (head_dim % 2 != 0) user_error("{}: head_dim {} must be even for rotary embeddings", path, head_dim);
+  // The attention's width, bounded before anything is sized by it (a head count from a hostile
+  // file would overflow the parameter count).
+  constexpr int64_t kMaxWidth = int64_t{1} << 24;
+  if (m.n_heads > kMaxWidth / head_dim)
+    user_error("{}: num_attention_heads ({}) x head_dim ({}) is beyond any model (at most {})", path, m.n_heads,
+               head_dim, kMaxWidth);
   const bool divides = m.d_model % m.n_heads == 0;
   m.d_head = divides && head_dim == implied ? 0 : head_dim;  // 0: "d_model / n_heads", as configs without it
   if (m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0)
@@ -351,8 +368,9 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
                m.n_kv_heads);
 
   read_rope(r, j, m);
-  if (!(m.rope_theta > 0) || !std::isfinite(m.rope_theta))
-    user_error("{}: rope_theta must be a positive number, got {}", path, m.rope_theta);
+  if (!rope_theta_ok(m.rope_theta))
+    user_error("{}: rope_theta must be a number above 1 that fp32 holds (the frequencies are computed in fp32, "
+               "as transformers computes them), got {}", path, m.rope_theta);
   if (!(m.norm_eps > 0) || !std::isfinite(m.norm_eps))
     user_error("{}: rms_norm_eps must be a positive number, got {}", path, m.norm_eps);
 

@@ -1,4 +1,4 @@
-// Mapping of a Hugging Face config.json (llama, mistral, qwen2) onto ModelConfig.
+// Mapping of a Hugging Face config.json (llama, mistral, qwen2, qwen3; transformers 4 and 5 forms) onto ModelConfig.
 #pragma once
 
 #include <string>
@@ -7,10 +7,12 @@
 
 namespace bcd {
 
-// Fills the shape fields of `base` from the HF config at `path`; keeps bcdtrain-only fields
-// (init_std, activation_checkpointing). UserError naming the file and key for a missing key,
-// a wrong type or an unsupported model_type / feature (e.g. rope_scaling, sliding windows
-// shorter than max_seq_len).
+// Fills the shape fields of `base` from the HF config at `path` (RoPE from rope_parameters or
+// rope_theta + rope_scaling); keeps bcdtrain-only fields (init_std, activation_checkpointing).
+// UserError naming the file and key for a missing key, a wrong type, an unsupported model_type,
+// rope_type or feature that changes the math (sliding windows shorter than the context,
+// soft-capping, partial rotary, ...); keys it neither reads nor knows to be inert are named in
+// one warning line on stderr (once per file and process).
 ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& base);
 
 // The shape fields stored in a bcdtrain weights file or checkpoint, onto `base`.
