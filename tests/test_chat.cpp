@@ -2,6 +2,8 @@
 // their exact layouts, and tokenization with response-only target masks (a real BPE model).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <functional>
 #include <ostream>
 #include <string>
@@ -215,6 +217,57 @@ TEST(ChatRecord, PromptFormEqualsMessagesForm) {
   EXPECT_EQ(parse_chat_record(same[2].first, "f.jsonl", 1).messages.size(), 2u);
 }
 
+// One conversation in each form is one record: Alpaca's input joins its instruction after a
+// newline and its history gives the earlier turns; ShareGPT's roles map to ours; LIMA's strings
+// alternate from the user.
+TEST(ChatRecord, EveryFormOfAConversationIsTheSameRecord) {
+  const ChatRecord want{{{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Add\n2+2"},
+                         {"assistant", "4"}}};
+  const char* forms[] = {
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+          {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Add\n2+2"},
+          {"role": "assistant", "content": "4"}]})",
+      R"({"instruction": "Add", "input": "2+2", "output": "4", "system": "Be brief.", "history": [["Hi", "Hello"]]})",
+      R"({"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Hi"},
+          {"from": "gpt", "value": "Hello"}, {"from": "user", "value": "Add\n2+2"}, {"from": "assistant", "value": "4"}]})",
+      R"({"system": "Be brief.", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"},
+          {"from": "human", "value": "Add\n2+2"}, {"from": "gpt", "value": "4"}]})",
+      R"({"system": "Be brief.", "conversations": ["Hi", "Hello", "Add\n2+2", "4"]})",
+  };
+  for (const char* line : forms) {
+    std::string compact = line;
+    compact.erase(std::remove(compact.begin(), compact.end(), '\n'), compact.end());
+    const ChatRecord r = parse_chat_record(compact, "f.jsonl", 1);
+    ASSERT_EQ(r.messages.size(), want.messages.size()) << line;
+    for (size_t i = 0; i < r.messages.size(); ++i) {
+      EXPECT_EQ(r.messages[i].role, want.messages[i].role) << line;
+      EXPECT_EQ(r.messages[i].content, want.messages[i].content) << line;
+    }
+  }
+  // An empty or null input adds nothing; a single Alpaca turn is two messages.
+  for (const char* line : {R"({"instruction": "Add 2+2", "input": "", "output": "4"})",
+                           R"({"instruction": "Add 2+2", "input": null, "output": "4"})",
+                           R"({"instruction": "Add 2+2", "output": "4"})"}) {
+    const ChatRecord r = parse_chat_record(line, "f.jsonl", 1);
+    ASSERT_EQ(r.messages.size(), 2u) << line;
+    EXPECT_EQ(r.messages[0].content, "Add 2+2") << line;
+  }
+  // A file's form: set by its first valid record, another refused naming both; bcdtrain's own
+  // two forms may share a file.
+  FileForm form;
+  parse_chat_record(R"({"instruction": "a", "output": "b"})", "f.jsonl", 3, &form);
+  EXPECT_EQ(form.form, RecordForm::kAlpaca);
+  EXPECT_EQ(form.line, 3);
+  const std::string e = error_of([&] { parse_chat_record(R"({"conversations": ["a", "b"]})", "f.jsonl", 4, &form); });
+  EXPECT_EQ(e.rfind("f.jsonl:4: ", 0), 0u) << e;
+  EXPECT_NE(e.find("LIMA conversations form"), std::string::npos) << e;
+  EXPECT_NE(e.find("Alpaca form (its first record, line 3)"), std::string::npos) << e;
+  FileForm native;
+  parse_chat_record(R"({"prompt": "a", "response": "b"})", "f.jsonl", 1, &native);
+  EXPECT_NO_THROW(parse_chat_record(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})",
+                                    "f.jsonl", 2, &native));
+}
+
 struct BadRecord {
   const char* line;
   const char* says;  // a part of the message after "FILE:LINE: "
@@ -282,6 +335,32 @@ TEST(ChatRecord, EveryErrorNamesFileAndLineAndWhatWasExpected) {
       {R"({"prompt": "a", "response": " \n\t"})", "\"response\" (assistant) has whitespace-only"},
       {R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""}]})",
        "message 2 (assistant) has empty content"},
+      // Alpaca
+      {R"({"instruction": "a"})", "has \"instruction\" but no \"output\""},
+      {R"({"output": "a"})", "has \"output\" but no \"instruction\""},
+      {R"({"instruction": "a", "input": 3, "output": "b"})", "\"input\" is a number"},
+      {R"({"instruction": "a", "output": "b", "history": [["q"]]})", "\"history\"[0] is an array of 1"},
+      {R"({"instruction": "a", "output": "b", "history": "q"})", "\"history\" is a string"},
+      {R"({"instruction": "a", "output": "b", "history": [["q", 1]]})", "\"history\"[0][1] is a number"},
+      {R"({"instruction": " ", "output": "b"})", "\"instruction\" (user) has whitespace-only content"},
+      // ShareGPT
+      {R"({"conversations": [{"from": "human", "value": "a"}, {"from": "function_call", "value": "call f"}]})",
+       "is from \"function_call\": tool turns are not supported"},
+      {R"({"conversations": [{"from": "human", "value": "a"}, {"from": "observation", "value": "x"}]})",
+       "\"observation\": tool turns"},
+      {R"({"conversations": [{"from": "bot", "value": "a"}]})", "\"conversations\"[0] is from \"bot\""},
+      {R"({"conversations": [{"from": "human"}]})", "\"conversations\"[0] has no \"value\""},
+      {R"({"conversations": [{"from": "gpt", "value": "a"}, {"from": "human", "value": "b"}]})",
+       "\"conversations\"[0] has role \"assistant\"; expected \"user\""},
+      {R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}, {"from": "human", "value": "c"}]})",
+       "last message (user)"},
+      // LIMA
+      {R"({"conversations": []})", "\"conversations\" is empty"},
+      {R"({"conversations": "a"})", "\"conversations\" is a string"},
+      {R"({"conversations": ["a"]})", "last message (user)"},
+      {R"({"conversations": ["a", 2]})", "\"conversations\"[1] is a number"},
+      // two forms in one record
+      {R"({"instruction": "a", "output": "b", "conversations": ["a", "b"]})", "the Alpaca and LIMA conversations forms"},
   };
   for (const BadRecord& b : bad) {
     std::string e = error_of([&] { parse_chat_record(b.line, "data/chat.jsonl", 17); });

@@ -140,6 +140,96 @@ TEST(Prepare, InstructionRecordsStoreAMaskOverTheResponses) {
   EXPECT_NE(tmsg.find("chatml"), std::string::npos) << tmsg;
 }
 
+// The same conversations written in every form users bring (prompt/response or messages,
+// Alpaca, ShareGPT, LIMA) prepare to the same token ids and loss masks, split alike; prepare
+// states each file's form; a record of another form in a file is a bad record naming its line
+// and both forms.
+TEST(Prepare, EveryRecordFormPreparesToTheSameIdsAndMasks) {
+  const Shared& s = shared();
+  const std::vector<std::string> recs = fortune_records();
+  TempDir tmp("bcd-forms");
+  using nlohmann::json;
+  std::map<std::string, std::string> files;  // form -> JSONL text
+  for (size_t i = 0; i + 4 < 160; i += 4) {
+    // System prompt on every other record; a second turn on every fourth.
+    const bool sys = i % 8 == 0, two = i % 16 == 0;
+    const std::string system = sys ? "Answer as a fortune would." : "";
+    std::vector<std::pair<std::string, std::string>> turns = {{recs[i], recs[i + 1]}};
+    if (two) turns.push_back({recs[i + 2], recs[i + 3]});
+    json messages = json::array(), sharegpt = json::array(), lima = json::array();
+    if (sys) messages.push_back({{"role", "system"}, {"content", system}});
+    for (const auto& [u, a] : turns) {
+      messages.push_back({{"role", "user"}, {"content", u}});
+      messages.push_back({{"role", "assistant"}, {"content", a}});
+      sharegpt.push_back({{"from", "human"}, {"value", u}});
+      sharegpt.push_back({{"from", "gpt"}, {"value", a}});
+      lima.push_back(u);
+      lima.push_back(a);
+    }
+    json m = {{"messages", messages}};
+    json share = {{"conversations", sharegpt}, {"id", i}};
+    json conv = {{"conversations", lima}, {"source", "fortunes"}};
+    // Alpaca: the last turn's question split into instruction and input at its first line break
+    // (joined back with "\n", as LLaMA-Factory joins them); earlier turns as history.
+    const std::string& q = turns.back().first;
+    const size_t nl = q.find('\n');
+    json alpaca = {{"instruction", nl == std::string::npos ? q : q.substr(0, nl)},
+                   {"input", nl == std::string::npos ? "" : q.substr(nl + 1)},
+                   {"output", turns.back().second}};
+    if (two) alpaca["history"] = json::array({json::array({turns[0].first, turns[0].second})});
+    if (sys) share["system"] = system, conv["system"] = system, alpaca["system"] = system;
+    files["messages"] += m.dump() + "\n";
+    files["sharegpt"] += share.dump() + "\n";
+    files["conversations"] += conv.dump() + "\n";
+    files["alpaca"] += alpaca.dump() + "\n";
+  }
+  const std::map<std::string, std::string> stated = {
+      {"messages", "messages"}, {"sharegpt", "ShareGPT"}, {"conversations", "LIMA conversations"}, {"alpaca", "Alpaca"}};
+  auto prepare = [&](const std::string& form) {
+    PrepareOptions opt;
+    opt.inputs = {tmp.file(form + ".jsonl")};
+    test::write_text(opt.inputs[0], files.at(form));
+    opt.out_dir = tmp.file(form);
+    opt.tokenizer_model = s.out_dir + "/tokenizer.model";
+    opt.chat_template = "llama3";
+    opt.val_fraction = 0.2;
+    const PrepareReport r = prepare_dataset(opt);
+    EXPECT_TRUE(r.instruct) << form;
+    EXPECT_EQ(r.record_forms, stated.at(form));
+    return TokenDataset::open(opt.out_dir);
+  };
+  const TokenDataset want = prepare("messages");
+  ASSERT_GT(want.read_tokens(Split::kVal).size(), 0u);
+  for (const char* form : {"sharegpt", "conversations", "alpaca"}) {
+    SCOPED_TRACE(form);
+    const TokenDataset got = prepare(form);
+    for (Split sp : {Split::kTrain, Split::kVal}) {
+      EXPECT_EQ(got.read_tokens(sp), want.read_tokens(sp)) << split_name(sp);
+      EXPECT_EQ(got.read_mask(sp), want.read_mask(sp)) << split_name(sp);
+      EXPECT_EQ(got.read_doc_offsets(sp), want.read_doc_offsets(sp)) << split_name(sp);
+    }
+  }
+
+  // Another form in the same file: refused naming the line and both forms, nothing written; with
+  // --skip-bad, counted.
+  const std::string mixed = tmp.file("mixed.jsonl");
+  test::write_text(mixed, files.at("alpaca") + files.at("sharegpt").substr(0, files.at("sharegpt").find('\n') + 1));
+  PrepareOptions opt;
+  opt.inputs = {mixed};
+  opt.out_dir = tmp.file("mixed");
+  opt.tokenizer_model = s.out_dir + "/tokenizer.model";
+  const std::string msg = user_error_of([&] { prepare_dataset(opt); });
+  const size_t n_alpaca = static_cast<size_t>(std::count(files.at("alpaca").begin(), files.at("alpaca").end(), '\n'));
+  EXPECT_NE(msg.find(mixed + ":" + std::to_string(n_alpaca + 1) + ": "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ShareGPT form"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Alpaca form (its first record, line 1)"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(opt.out_dir));
+  opt.skip_bad = true;
+  const PrepareReport skipped = prepare_dataset(opt);
+  EXPECT_EQ(skipped.n_bad_records, 1);
+  EXPECT_EQ(skipped.record_forms, "Alpaca");
+}
+
 // ---- Loss masks (instruction data) ----
 
 // The shared dataset with a loss mask added to both splits: token i counts when (i * 7) % 5 < 2.

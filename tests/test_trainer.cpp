@@ -198,7 +198,7 @@ TEST_F(TrainerRun, InstructionDataTrainsAndSamplesInItsTemplate) {
   auto p = test::run_bcdtrain("prepare --input " + file + " --out " + ds + " --tokenizer " + data() +
                               "/tokenizer.model --chat-template chatml --val-fraction 0.2");
   ASSERT_EQ(p.exit_code, 0) << p.output;
-  EXPECT_NE(p.output.find("instruction data (chatml template)"), std::string::npos) << p.output;
+  EXPECT_NE(p.output.find("instruction data (chatml template; messages records)"), std::string::npos) << p.output;
   const std::string run = run_dir("sums_run");
   auto r = test::run_bcdtrain("train --config " + test::source_path("configs/tiny.toml") + " --data.path=" + ds +
                               " --model.d_model=64 --model.d_ff=128 --train.seq_len=32 --train.batch_size=4"

@@ -55,8 +55,9 @@ Command add_prepare(CLI::App& app) {
                printable_line(o.out_dir), r.n_docs_train, r.n_tokens_train, r.n_docs_val, r.n_tokens_val, r.vocab_size,
                r.unigram_val_loss);
     if (r.instruct)
-      fmt::print("instruction data ({} template{}): the loss counts {} train / {} val tokens (responses){}\n",
+      fmt::print("instruction data ({} template{}; {} records): the loss counts {} train / {} val tokens (responses){}\n",
                  r.chat_template, o.chat_template == "auto" ? ", recognized from the tokenizer's chat_template" : "",
+                 r.record_forms.empty() ? "no valid" : printable_line(r.record_forms),
                  r.n_targets_train, r.n_targets_val,
                  r.n_bad_records ? fmt::format("; {} bad record(s) skipped", r.n_bad_records) : "");
     else if (r.n_bad_records)

@@ -1,5 +1,5 @@
-// Instruction records (JSONL), chat templates (plain, Llama 2, Llama 3, ChatML) and their
-// tokenization with response-only target masks.
+// Chat templates (plain, Llama 2, Llama 3, ChatML) and their tokenization with response-only
+// target masks; the records they lay out are read in data/chat_records.cpp.
 #include "data/chat.h"
 
 #include <fmt/format.h>
@@ -21,8 +21,6 @@ using nlohmann::json;
 
 constexpr const char* kSpace = " \t\n\r\f\v";
 
-bool is_blank(std::string_view s) { return s.find_first_not_of(kSpace) == std::string_view::npos; }
-
 // Python's str.strip() on ASCII whitespace: what Meta's reference code applies to turns.
 std::string strip(std::string_view s) {
   size_t b = s.find_first_not_of(kSpace);
@@ -31,171 +29,7 @@ std::string strip(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-// ---- Parsing ----
-
-// Where a record is, for error messages: "FILE:LINE".
-struct Where {
-  const std::string& file;
-  int64_t line;
-};
-
-// What it says of the record (a role, JSON's "last read" bytes) is escaped: a record may hold
-// invalid UTF-8 and a terminal's control sequences (base/printable.h).
-template <typename... Args>
-[[noreturn]] void record_error(const Where& w, fmt::format_string<Args...> f, Args&&... args) {
-  user_error("{}:{}: {}", w.file, w.line, printable_line(fmt::format(f, std::forward<Args>(args)...)));
-}
-
-// "null", "a number", "an array", ...: a JSON value's type as a sentence says it.
-std::string describe(const json& j) {
-  if (j.is_null()) return "null";
-  return fmt::format("{} {}", j.is_array() || j.is_object() ? "an" : "a", j.type_name());
-}
-
-// The string at obj[key], `what` naming it in errors; null is allowed (and gives "") only
-// when `null_ok`.
-std::string string_field(const Where& w, const json& obj, const char* key, const std::string& what,
-                         bool null_ok = false) {
-  auto it = obj.find(key);
-  if (it == obj.end()) record_error(w, "{} has no \"{}\"; expected a string there", what, key);
-  if (it->is_null() && null_ok) return {};
-  if (!it->is_string()) {
-    record_error(w, "{} \"{}\" is {}; expected a string{}", what, key, describe(*it),
-                 null_ok ? " or null" : "");
-  }
-  return it->get<std::string>();
-}
-
-void check_not_blank(const Where& w, const ChatMessage& m, const std::string& what) {
-  if (is_blank(m.content)) {
-    record_error(w, "{} ({}) has {} content; expected text with a non-whitespace character", what,
-                 m.role, m.content.empty() ? "empty" : "whitespace-only");
-  }
-}
-
-ChatRecord parse_prompt_form(const Where& w, const json& j) {
-  ChatRecord r;
-  if (j.contains("system")) {
-    std::string sys = string_field(w, j, "system", "the record", /*null_ok=*/true);
-    if (!is_blank(sys)) r.messages.push_back({"system", std::move(sys)});
-  }
-  if (!j.contains("response")) {
-    record_error(w, "the record has \"prompt\" but no \"response\"; expected both strings");
-  }
-  r.messages.push_back({"user", string_field(w, j, "prompt", "the record")});
-  r.messages.push_back({"assistant", string_field(w, j, "response", "the record")});
-  check_not_blank(w, r.messages[r.messages.size() - 2], "\"prompt\"");
-  check_not_blank(w, r.messages.back(), "\"response\"");
-  return r;
-}
-
-ChatRecord parse_messages_form(const Where& w, const json& j) {
-  const json& msgs = j.at("messages");
-  if (!msgs.is_array()) {
-    record_error(w, "\"messages\" is {}; expected an array of {{\"role\", \"content\"}} objects",
-                 describe(msgs));
-  }
-  if (msgs.empty()) {
-    record_error(w, "\"messages\" is empty; expected user and assistant messages");
-  }
-  ChatRecord r;
-  size_t n_dialog = 0;  // user and assistant messages so far
-  for (size_t i = 0; i < msgs.size(); ++i) {
-    const std::string what = fmt::format("message {}", i + 1);
-    const json& m = msgs[i];
-    if (!m.is_object()) {
-      record_error(w, "{} is {}; expected an object with \"role\" and \"content\"", what,
-                   describe(m));
-    }
-    ChatMessage msg{string_field(w, m, "role", what), string_field(w, m, "content", what)};
-    if (msg.role == "system") {
-      if (i != 0) {
-        record_error(w, "{} has role \"system\"; expected a system message only first", what);
-      }
-      if (is_blank(msg.content)) continue;
-    } else if (msg.role == "user" || msg.role == "assistant") {
-      const char* want = n_dialog++ % 2 == 0 ? "user" : "assistant";
-      if (msg.role != want) {
-        record_error(w, "{} has role \"{}\"; expected \"{}\" (user and assistant alternate, "
-                        "user first, after an optional system message)",
-                     what, msg.role, want);
-      }
-      check_not_blank(w, msg, what);
-    } else {
-      record_error(w, "{} has role \"{}\"; expected \"system\", \"user\" or \"assistant\"", what,
-                   msg.role);
-    }
-    r.messages.push_back(std::move(msg));
-  }
-  if (r.messages.empty() || r.messages.back().role != "assistant") {
-    record_error(w, "the last message ({}) is not the assistant's; expected the conversation "
-                    "to end with an assistant message to train on",
-                 r.messages.empty() ? "system" : r.messages.back().role);
-  }
-  return r;
-}
-
 }  // namespace
-
-ChatRecord parse_chat_record(std::string_view line, const std::string& file, int64_t line_no) {
-  const Where w{file, line_no};
-  json j;
-  try {
-    j = json::parse(line.begin(), line.end());
-  } catch (const json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: <why>";
-    // the line within our one-line text would only confuse next to FILE:LINE
-    const char* at = std::strstr(e.what(), "column ");
-    const char* why = at ? std::strstr(at, ": ") : nullptr;
-    record_error(w, "not valid JSON at column {} ({}); expected one JSON object per line", e.byte,
-                 why ? why + 2 : e.what());
-  }
-  if (!j.is_object()) {
-    record_error(w, "the line is {}; expected a JSON object", describe(j));
-  }
-  const bool has_messages = j.contains("messages");
-  const bool has_prompt = j.contains("prompt") || j.contains("response");
-  if (has_messages && (has_prompt || j.contains("system"))) {
-    record_error(w, "the record has \"messages\" and \"{}\"; expected one form: \"messages\", or "
-                    "\"prompt\" and \"response\" (with an optional \"system\")",
-                 j.contains("prompt") ? "prompt" : j.contains("response") ? "response" : "system");
-  }
-  if (has_messages) return parse_messages_form(w, j);
-  if (j.contains("prompt")) return parse_prompt_form(w, j);
-  if (j.contains("response")) {
-    record_error(w, "the record has \"response\" but no \"prompt\"; expected both strings");
-  }
-  record_error(w, "the record has neither \"messages\" nor \"prompt\"; expected a \"messages\" "
-                  "array, or \"prompt\" and \"response\" strings");
-}
-
-std::vector<ChatRecord> read_chat_jsonl(const std::string& path, bool skip_bad, int64_t* n_bad) {
-  BCD_CHECK(!skip_bad || n_bad != nullptr, "skip_bad needs a counter");
-  if (n_bad) *n_bad = 0;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    user_error("chat data file {} is a directory; expected a JSONL file", path);
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) user_error("cannot open chat data file {}: {}", path, std::strerror(errno));
-  std::vector<ChatRecord> out;
-  std::string line;
-  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
-    if (is_blank(line)) continue;
-    if (!skip_bad) {
-      out.push_back(parse_chat_record(line, path, line_no));
-      continue;
-    }
-    try {
-      out.push_back(parse_chat_record(line, path, line_no));
-    } catch (const UserError&) {
-      ++*n_bad;
-    }
-  }
-  // getline sets failbit (with eofbit) at the end; badbit means the read itself failed
-  if (in.bad()) user_error("cannot read chat data file {}: {}", path, std::strerror(errno));
-  return out;
-}
 
 // ---- Templates ----
 

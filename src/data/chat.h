@@ -25,21 +25,44 @@ struct ChatRecord {
   std::vector<ChatMessage> messages;
 };
 
-// One JSONL line -> record. Two forms:
-//   {"prompt": str, "response": str, "system": str (optional)}
-//   {"messages": [{"role": str, "content": str}, ...]}
-// Rules (each break is a UserError "FILE:LINE: <what was found>; expected <what>"):
-//   - the line is one JSON object (UTF-8, as JSON requires);
-//   - it has "messages" or "prompt"+"response", not both forms ("system" belongs to the prompt
-//     form: with "messages" the system prompt is a system message);
-//   - prompt, response, role and content are strings; "system" is a string or null;
-//   - "messages" is a non-empty array of objects; roles are "system", "user" or "assistant";
-//   - a system message is first or nowhere; then user and assistant alternate, user first;
-//   - the last message is the assistant's (there must be something to train on);
+// The layouts of an instruction record. A JSONL file holds one: its first valid record's.
+//   kPrompt         {"prompt": str, "response": str, "system": str (optional)}
+//   kMessages       {"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}
+//   kAlpaca         {"instruction": str, "input": str (optional), "output": str, "system": str
+//                   (optional), "history": [[instruction, output], ...] (optional)}: the user's
+//                   turn is instruction + "\n" + input (input omitted when empty), history's pairs
+//                   are earlier turns (as LLaMA-Factory reads Alpaca)
+//   kShareGpt       {"conversations": [{"from": "human"|"user"|"gpt"|"assistant"|"system",
+//                   "value": str}, ...], "system": str (optional)}; tool turns (function_call,
+//                   observation) are refused by name
+//   kConversations  {"conversations": [user, assistant, user, ...]} strings (LIMA), "system"
+//                   optional
+enum class RecordForm { kPrompt, kMessages, kAlpaca, kShareGpt, kConversations };
+const char* record_form_name(RecordForm f);  // "prompt/response", "messages", "Alpaca", ...
+std::string record_form_list();              // every form's keys, for messages
+
+// The form a file's records are in, from its first valid record (line 0: none read yet).
+struct FileForm {
+  RecordForm form = RecordForm::kPrompt;
+  int64_t line = 0;
+};
+
+// One JSONL line -> record, in any of the forms above. Rules (each break is a UserError
+// "FILE:LINE: <what was found>; expected <what>"):
+//   - the line is one JSON object (UTF-8, as JSON requires) in exactly one form ("system"
+//     belongs to the forms without a system role: with "messages" it is a system message);
+//   - with `file_form`, a record of another form than the file's first valid record is refused
+//     naming both (and a first valid record sets it); prompt/response and messages, bcdtrain's
+//     own two forms, may share a file as they always could;
+//   - texts are strings; "system" (and Alpaca's "input") may be null;
+//   - roles are known; a system message is first or nowhere; then user and assistant alternate,
+//     user first; the last message is the assistant's (there must be something to train on);
 //   - user and assistant content holds a non-whitespace character.
 // A blank (empty or whitespace-only) system prompt is dropped: the record has none. Keys other
-// than the above (ids, sources, metadata) are ignored, in the record and in its messages.
-ChatRecord parse_chat_record(std::string_view line, const std::string& file, int64_t line_no);
+// than the above (ids, sources, metadata) are ignored, in the record and in its messages. The
+// same conversation in any form gives the same ChatRecord.
+ChatRecord parse_chat_record(std::string_view line, const std::string& file, int64_t line_no,
+                             FileForm* file_form = nullptr);
 
 // Reads a whole JSONL file, one record a line (1-based line numbers in errors; blank lines
 // skipped). skip_bad: a record parse_chat_record rejects is counted in *n_bad (set to 0 first;

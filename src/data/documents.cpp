@@ -171,7 +171,7 @@ InputFormat sniff_format(const fs::path& path) {
       if (!whole) return InputFormat::kChatJsonl;
       nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
       const bool text = j.is_object() && j.contains("text") && j["text"].is_string() && !j.contains("prompt") &&
-                        !j.contains("messages");
+                        !j.contains("messages") && !j.contains("instruction") && !j.contains("conversations");
       return text ? InputFormat::kTextJsonl : InputFormat::kChatJsonl;
     }
     return InputFormat::kChatJsonl;
@@ -205,12 +205,14 @@ struct DocumentStream::Impl {
         const Input& in = inputs_[next_input_++];
         reader_ = std::make_unique<LineReader>(in.path.string(), max_doc_);
         format_ = in.format;
+        form_ = FileForm{};
         cur_.clear();
         started_ = continued_ = false;
       }
       const bool got = format_ == InputFormat::kTextJsonl || format_ == InputFormat::kChatJsonl ? next_record(d) : next_text(d);
       if (got) return true;
       done_bytes_ += reader_->bytes_read();
+      if (format_ == InputFormat::kChatJsonl && form_.line > 0) forms_.emplace_back(reader_->path(), form_.form);
       reader_.reset();
     }
   }
@@ -287,7 +289,7 @@ struct DocumentStream::Impl {
     ++n_bad_;
   }
   bool chat_record(std::string_view line, Document* d) {
-    ChatRecord r = parse_chat_record(line, reader_->path(), reader_->line_no());
+    ChatRecord r = parse_chat_record(line, reader_->path(), reader_->line_no(), &form_);
     d->pieces = render_chat(r, chat_);
     d->text.clear();
     for (const ChatPiece& p : d->pieces) d->text += p.text;
@@ -321,6 +323,8 @@ struct DocumentStream::Impl {
   bool continued_ = false;           // the last piece was not the end of its line
   int64_t n_bad_ = 0, n_cut_ = 0;
   uint64_t done_bytes_ = 0;          // of the inputs already finished
+  FileForm form_;                    // the current instruction file's record form
+  std::vector<std::pair<std::string, RecordForm>> forms_;  // of the files finished
 };
 
 DocumentStream::DocumentStream(const std::vector<Input>& inputs, ChatTemplate chat, bool skip_bad, size_t max_doc)
@@ -330,5 +334,6 @@ bool DocumentStream::next(Document* d) { return impl_->next(d); }
 int64_t DocumentStream::n_bad() const { return impl_->n_bad(); }
 int64_t DocumentStream::n_cut() const { return impl_->n_cut(); }
 uint64_t DocumentStream::bytes_read() const { return impl_->bytes_read(); }
+const std::vector<std::pair<std::string, RecordForm>>& DocumentStream::record_forms() const { return impl_->forms_; }
 
 }  // namespace bcd

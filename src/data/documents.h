@@ -56,6 +56,9 @@ class DocumentStream {
   int64_t n_bad() const;
   int64_t n_cut() const;  // cuts made in over-long documents
   uint64_t bytes_read() const;
+  // The record form of each instruction .jsonl file read so far (its first valid record's),
+  // in input order; files with no valid record are absent.
+  const std::vector<std::pair<std::string, RecordForm>>& record_forms() const;
 
  private:
   struct Impl;

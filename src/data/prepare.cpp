@@ -86,6 +86,19 @@ struct SplitCounts {
   }
 };
 
+// "Alpaca" when every instruction file holds that form; else each file's: "Alpaca (a.jsonl),
+// ShareGPT (b.jsonl)".
+std::string describe_forms(const std::vector<std::pair<std::string, RecordForm>>& forms) {
+  if (forms.empty()) return "";
+  bool one = true;
+  for (const auto& f : forms) one &= f.second == forms.front().second;
+  if (one) return record_form_name(forms.front().second);
+  std::string out;
+  for (const auto& [file, form] : forms)
+    out += fmt::format("{}{} ({})", out.empty() ? "" : ", ", record_form_name(form), fs::path(file).filename().string());
+  return out;
+}
+
 SplitRule split_rule(const SplitCounts& c, double fraction, int64_t n_bad) {
   // What --skip-bad took away is part of why too few are left.
   const std::string skipped = n_bad > 0 ? fmt::format("; --skip-bad skipped {} bad record(s)", n_bad) : "";
@@ -427,6 +440,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     }
     report.n_bad_records = docs.n_bad();
     report.n_docs_cut = docs.n_cut();
+    report.record_forms = describe_forms(docs.record_forms());
   }
   const SplitRule rule = split_rule(counts, opt.val_fraction, report.n_bad_records);
 

@@ -48,6 +48,7 @@ struct PrepareReport {
   double tokenize_seconds = 0;      // the tokenizing pass, reading to writing
   bool instruct = false;            // .jsonl inputs: the dataset holds loss masks
   std::string chat_template;        // the template instruction records were laid out in
+  std::string record_forms;         // their form ("Alpaca"; with several: "Alpaca (a.jsonl), ShareGPT (b.jsonl)")
   std::vector<std::string> sources; // files actually read
 };
 

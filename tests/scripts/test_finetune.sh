@@ -86,7 +86,7 @@ case_recipe() {
   run prep "$bin" prepare --input qa.jsonl --out qa-data --tokenizer base-hf/tokenizer.model --chat-template plain \
     --skip-bad
   expect_rc prep 0
-  expect_text prep out "instruction data (plain template)"
+  expect_text prep out "instruction data (plain template; "
   expect_text prep out "; 1 bad record(s) skipped"
 
   # The recipe: its config from hf:DIR, smaller and shorter. log_every 1: step 1's loss is read.
