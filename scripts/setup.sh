@@ -58,6 +58,7 @@ fi
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=5.25.0   # tests' reference for the model formats (config.json, safetensors)
 TRANSFORMERS4_VERSION=4.57.6  # the last 4.x: exports must load in both
+TENSORBOARD_VERSION=2.21.0    # tests' reader of the event files bcdtrain writes
 torch_dir=${BCD_TORCH_DIR:-}
 test_python=()
 if [[ -z $torch_dir ]]; then
@@ -80,12 +81,17 @@ if [[ -z $torch_dir ]]; then
   # The model-format tests' reference, never the product's (tests/hf_reference.py): transformers
   # 5.x in the same environment, and 4.x in a folder of its own that goes first on PYTHONPATH
   # (its huggingface-hub and tokenizers are older than 5.x's), so exports are read by both.
-  have_pkg() {
-    [[ $("$1" -c "import importlib.metadata as m; print(m.version('transformers'))" 2>/dev/null) == "$2" ]]
+  have_pkg() {  # PYTHON VERSION [PACKAGE, default transformers]
+    [[ $("$1" -c "import importlib.metadata as m; print(m.version('${3:-transformers}'))" 2>/dev/null) == "$2" ]]
   }
-  if ! have_pkg "$venv/bin/python" "$TRANSFORMERS_VERSION"; then
+  if ! have_pkg "$venv/bin/python" "$TRANSFORMERS_VERSION" transformers; then
     echo "setup: installing transformers==$TRANSFORMERS_VERSION into $venv (tests only)"
     "$venv/bin/python" -m pip install -q --no-cache-dir "transformers==$TRANSFORMERS_VERSION"
+  fi
+  # TensorBoard's own event reader, the reference of the event-file test (tests/tensorboard_read.py).
+  if ! have_pkg "$venv/bin/python" "$TENSORBOARD_VERSION" tensorboard; then
+    echo "setup: installing tensorboard==$TENSORBOARD_VERSION into $venv (tests only)"
+    "$venv/bin/python" -m pip install -q --no-cache-dir "tensorboard==$TENSORBOARD_VERSION"
   fi
   tf4=$venv-transformers-$TRANSFORMERS4_VERSION
   if ! PYTHONPATH=$tf4 have_pkg "$venv/bin/python" "$TRANSFORMERS4_VERSION"; then

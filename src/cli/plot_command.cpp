@@ -11,16 +11,19 @@
 #include "base/printable.h"
 #include "cli/command.h"
 #include "runtime/plots.h"
+#include "runtime/tensorboard.h"
 
 namespace bcd::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: bcdtrain plot RUN_DIR... [--out DIR]
-  RUN_DIR     a run directory of `bcdtrain train` (its metrics.jsonl); one series per run,
-              named by the directory's last path component (more components when they clash)
-  --out DIR   where the PNGs and plots.json go (default: RUN_DIR/plots for one run, ./plots
-              for several)
-  -h, --help  this text
+constexpr const char* kUsage = R"(usage: bcdtrain plot RUN_DIR... [--out DIR] [--tensorboard]
+  RUN_DIR        a run directory of `bcdtrain train` (its metrics.jsonl); one series per run,
+                 named by the directory's last path component (more components when they clash)
+  --out DIR      where the PNGs and plots.json go (default: RUN_DIR/plots for one run, ./plots
+                 for several)
+  --tensorboard  instead of PNGs, write each RUN_DIR/tensorboard/events.out.tfevents.* anew
+                 from its metrics.jsonl (every scalar at its step), for `tensorboard --logdir`
+  -h, --help     this text
 Writes loss_vs_step.png, loss_vs_time.png, tokens_per_s.png, memory.png, stall.png and
 active_block.png; a plot with no series (no run switched blocks, no BCD run) is skipped and
 said so on stdout and in plots.json ("skipped": why). Exit status: 0 written, 1 gnuplot failed,
@@ -30,14 +33,18 @@ said so on stdout and in plots.json ("skipped": why). Exit status: 0 written, 1 
 [[noreturn]] void usage_error(const std::string& what) { user_error("plot: {} (see bcdtrain plot --help)", what); }
 
 // The flags and run dirs of `words`; false when --help asked for the usage instead.
-bool parse_plot_flags(const std::vector<std::string>& words, std::vector<std::string>& runs, std::string& out) {
+bool parse_plot_flags(const std::vector<std::string>& words, std::vector<std::string>& runs, std::string& out,
+                      bool& tensorboard) {
   for (size_t i = 0; i < words.size(); ++i) {
     std::string flag = words[i], value;
     bool has_value = false;
     if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos)
       value = flag.substr(eq + 1), flag.resize(eq), has_value = true;
     if (flag == "-h" || flag == "--help") return false;
-    if (flag == "--out") {
+    if (flag == "--tensorboard") {
+      if (has_value) user_error("--tensorboard: takes no value, got \"{}\"", value);
+      tensorboard = true;
+    } else if (flag == "--out") {
       if (!has_value) {
         if (i + 1 >= words.size()) user_error("--out: expected a directory, got no value");
         value = words[++i];
@@ -74,8 +81,16 @@ Command add_plot(CLI::App& app) {
       user_error("{}: unknown option of `plot` (see bcdtrain plot --help)", overrides[0].substr(0, overrides[0].find('=')));
     std::vector<std::string> runs;
     std::string out;
-    if (!parse_plot_flags(plot->remaining(), runs, out)) {
+    bool tensorboard = false;
+    if (!parse_plot_flags(plot->remaining(), runs, out, tensorboard)) {
       fmt::print("{}", kUsage);
+      return 0;
+    }
+    if (tensorboard) {
+      for (const std::string& r : runs) {
+        const EventFileWriter w = open_tensorboard(r);
+        fmt::print("wrote {} ({} records of {}/metrics.jsonl)\n", printable_line(w.path()), w.events(), printable_line(r));
+      }
       return 0;
     }
     PlotReport report;

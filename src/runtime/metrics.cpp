@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <utility>
@@ -14,15 +15,22 @@
 
 namespace bcd {
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append)
+MetricsWriter::MetricsWriter(const std::string& path, bool append, bool tensorboard)
     : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
   if (!out_) user_error("{}: cannot open metrics file for writing", path);
+  if (tensorboard) {
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    events_.emplace(open_tensorboard(dir.empty() ? "." : dir.string()));
+  }
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
   out_ << record.dump() << '\n';
   out_.flush();
   if (!out_) user_error("{}: write failed (disk full?)", path_);
+  if (events_ && record.contains("step") && record["step"].is_number_integer())
+    events_->add_scalars(record["step"].get<int64_t>(), metrics_scalars(record),
+                         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
 void truncate_metrics(const std::string& path, int64_t first_step) {

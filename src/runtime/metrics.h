@@ -11,6 +11,7 @@
 
 #include "base/progress.h"  // format_duration
 #include "memory/stager.h"
+#include "runtime/tensorboard.h"
 
 namespace bcd {
 
@@ -18,14 +19,17 @@ class RunSetup;
 
 class MetricsWriter {
  public:
-  // Truncates the file (a new run) unless `append` (a resumed run).
-  MetricsWriter(const std::string& path, bool append = false);
+  // Truncates the file (a new run) unless `append` (a resumed run). With `tensorboard`, every
+  // record also goes to the TensorBoard events of the file's directory, written anew from the
+  // file's records so far (runtime/tensorboard.h).
+  MetricsWriter(const std::string& path, bool append = false, bool tensorboard = false);
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   std::ofstream out_;
+  std::optional<EventFileWriter> events_;
 };
 
 // Keeps the records of a metrics file before `first_step` (a resumed run rewrites what follows).
@@ -54,7 +58,7 @@ struct StepStats {
 // optimizer, staging and memory state.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool append) : writer_(path, append) {}
+  MetricsLog(const std::string& path, bool append, bool tensorboard = false) : writer_(path, append, tensorboard) {}
 
   // Writes the step's record: staging since the previous record, totals, memory peaks, and on
   // the last step the whole accounting.

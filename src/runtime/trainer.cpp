@@ -91,7 +91,7 @@ std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
   copy_tokenizer_files(run.ds.tokenizer_path(), dir);
   const bool resumed = !run.resume_from.empty();
   if (resumed) truncate_metrics(dir + "/metrics.jsonl", run.first_step);
-  return std::make_optional<MetricsLog>(dir + "/metrics.jsonl", /*append=*/resumed);
+  return std::make_optional<MetricsLog>(dir + "/metrics.jsonl", /*append=*/resumed, run.cfg.train.tensorboard);
 }
 
 // Tokens/s, TFLOP/s and the time to go, over the steps since the last record.
