@@ -1,5 +1,8 @@
-// The model's shape, torch-free and written once: the parameter slots of each block of the
-// Llama-family decoder (model/llama.h builds its blocks from them, the planner sizes them).
+// The model's shape, torch-free and written once (DESIGN.md §1): the parameter slots of each
+// block of the Llama-family decoder, how a block lays them out in its flat buffer, and how BCD
+// partitions the blocks into units (layers, attention/MLP halves, vocabulary slices). The model
+// builds its blocks from it (model/block.h), the planner sizes them (memory/planner.h) and the
+// scheduler trains its units (runtime/bcd_scheduler.h): they cannot disagree.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +13,9 @@
 
 namespace bcd {
 
-// One parameter of a block, before layout (model/block.h places it in the flat buffer).
+// ---- Slots ----
+
+// One parameter of a block, before layout.
 struct SlotShape {
   std::string name;              // e.g. "wq"
   std::vector<int64_t> shape;
@@ -28,5 +33,62 @@ std::string model_block_name(const ModelConfig& cfg, int block);
 // then mlp_norm (C), w_gate and w_up (F, C), w_down (C, F). head: norm (C), output (V, C)
 // unless the embeddings are tied.
 std::vector<SlotShape> model_block_slots(const ModelConfig& cfg, int block);
+
+// ---- Layout of a block's flat buffer ----
+
+// Slots are grouped by part (in order of first appearance), decayed before not decayed within a
+// part; each such run is a segment padded to kBlockAlign elements, so an optimizer treats a
+// block (or one part of it) as a few flat ranges.
+constexpr int64_t kBlockAlign = 16;  // 64 bytes of fp32: one cache line / AVX-512 vector
+
+struct SegmentShape {
+  std::string part;            // "", "attn", "mlp"
+  bool decay = false;
+  int64_t begin = 0, end = 0;  // elements of the flat buffer, begin aligned to kBlockAlign
+  int64_t numel() const { return end - begin; }
+};
+
+struct BlockShape {
+  std::string name;
+  int64_t params = 0;      // real parameters
+  int64_t numel = 0;       // flat buffer elements, padding included
+  std::vector<SegmentShape> segments;
+  std::vector<int64_t> order;    // slot indices (of the slots given) in layout order
+  std::vector<int64_t> offsets;  // each given slot's first element in the flat buffer
+};
+BlockShape layout_block(std::string name, const std::vector<SlotShape>& slots);
+
+// The blocks of the model `cfg` describes, laid out. cfg.vocab_size must be > 0; a shape no
+// machine could hold (2^50 parameters, 2^16 layers) is a UserError.
+std::vector<BlockShape> block_shapes(const ModelConfig& cfg);
+int64_t count_params(const ModelConfig& cfg);  // sum of BlockShape::params (no padding)
+
+// ---- BCD units ----
+
+// What a BCD unit trains of one block: the segments of `part` ("" = every segment) within the
+// elements [begin, end) of the block's flat buffer, which its gradient buffer spans. A whole block
+// spans the block, a part of a layer its part's segments (contiguous); a vocabulary slice
+// ([bcd] vocab_slices) is a run of rows of the embedding's or the LM head's matrix (the last head
+// slice runs on to the block's end: the final norm).
+struct UnitPieceShape {
+  int block = 0;
+  std::string part;
+  int64_t begin = 0, end = 0;
+};
+
+// A BCD unit: embed (or embed.K, a vocabulary slice), layer.I, layers.I-J, layer.I.attn /
+// layer.I.mlp, head (or head.K), or model (BCD off: every block).
+struct UnitShape {
+  std::string name;
+  std::vector<UnitPieceShape> pieces;
+  int first_layer = 0;     // lowest decoder layer run with autograd when this unit is active
+  int64_t state_elems = 0; // elements of the unit's segments within its pieces (master, m and v each)
+  int64_t grad_elems = 0;  // elements of its gradient buffers: a piece's [begin, end)
+  int lowest_block() const;  // where backward stops (grad_from)
+};
+// The partition of the model for `bcd` (enabled = false or blocks = "whole": one unit, model).
+// UserError when [bcd] asks for more vocabulary slices than the vocabulary has rows, or leaves
+// nothing to train.
+std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& bcd);
 
 }  // namespace bcd

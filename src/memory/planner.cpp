@@ -177,7 +177,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     } else if (need(all) > plan.compute.budget) {
       why.push_back(fmt::format(
           "memory.stream_weights = auto: even with all {} decoder layers' weights streamed from host memory the "
-          "compute tier needs {} (embed, head and rotary tables {} + stream window {} x {} + active buffer {} + "
+          "compute tier needs {} (the embedding, the LM head and rotary tables {} + stream window {} x {} + active buffer {} + "
           "active unit state and activations {})",
           n_layers, gib(need(all)), gib(resident_all - all.home_bytes), all.depth, gib(all.slot_bytes),
           gib(all.active_bytes), gib(others)));

@@ -10,53 +10,11 @@
 
 #include "memory/tier.h"
 #include "base/config.h"
+#include "base/model_shape.h"
 
 namespace bcd {
 
-// ---- Shapes: the flat-buffer layout of LlamaModel's blocks, without building them ----
-
-// One Segment of a Block (see model/block.h): a run of slots with one part and decay flag.
-struct SegmentShape {
-  std::string part;        // "", "attn", "mlp"
-  bool decay = false;
-  int64_t begin = 0, end = 0;  // elements of the flat buffer, begin aligned to Block::kAlign
-  int64_t numel() const { return end - begin; }
-};
-
-struct BlockShape {
-  std::string name;        // "embed", "layer.i", "head"
-  int64_t params = 0;      // real parameters
-  int64_t numel = 0;       // flat buffer elements, Block::kAlign padding included
-  std::vector<SegmentShape> segments;
-};
-
-// The blocks LlamaModel(cfg) builds, laid out exactly as Block does. cfg.vocab_size must be > 0;
-// a shape no machine could hold (2^50 parameters, 2^16 layers) is a UserError.
-std::vector<BlockShape> block_shapes(const ModelConfig& cfg);
-int64_t count_params(const ModelConfig& cfg);  // sum of BlockShape::params (no padding)
-
-// What a BCD unit trains of one block: the segments of `part` ("" = every segment) within the
-// elements [begin, end) of the block's flat buffer, which its gradient buffer spans. A whole block
-// spans the block, a part of a layer its part's segments (contiguous); a vocabulary slice
-// ([bcd] vocab_slices) is a run of rows of the embedding's or the LM head's matrix (the last head
-// slice runs on to the block's end: the final norm).
-struct UnitPieceShape {
-  int block = 0;
-  std::string part;
-  int64_t begin = 0, end = 0;
-};
-
-// A BCD unit: the partition make_units (runtime/bcd_scheduler.h) gives the model, in block indices.
-struct UnitShape {
-  std::string name;        // "embed", "embed.3", "layer.3", "layers.0-3", "layer.3.mlp", "head", "head.1", "model"
-  std::vector<UnitPieceShape> pieces;
-  int first_layer = 0;     // lowest decoder layer run with autograd when this unit is active
-  int64_t state_elems = 0; // elements of the unit's segments within its pieces (master, m and v each)
-  int64_t grad_elems = 0;  // elements of its gradient buffers: a piece's [begin, end) (model/block.h)
-};
-// UserError when [bcd] asks for more vocabulary slices than the vocabulary has rows, or leaves
-// nothing to train.
-std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& bcd);
+// ---- Shapes: the model's blocks and units (base/model_shape.h), and what the planner adds ----
 
 // LlamaModel's rotary cos and sin tables: 2 x max_seq_len x head_dim in the working dtype.
 uint64_t rope_table_bytes(const ModelConfig& model, Dtype dtype);
@@ -128,7 +86,7 @@ struct TierUsage {
 };
 
 // Frozen decoder layers' working weights with a home in host memory, copied to the compute tier
-// when used (memory.stream_weights; DESIGN.md §2). Only "layer.i" blocks stream; embed and head
+// when used (memory.stream_weights; DESIGN.md §2). Only decoder layers' blocks stream; embed and head
 // stay on compute. A streamed block's weights (numel * w bytes) are one copy per machine, shared
 // by the local ranks; the compute tier holds `depth` window buffers of `slot_bytes` and an active
 // buffer of `active_bytes` for the active unit's streamed blocks (resident for its visit).

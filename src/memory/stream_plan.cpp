@@ -151,7 +151,7 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
 
 namespace plan_detail {
 
-// "layer.0 .. layer.27" for blocks [first, last]; "layer.5" for one.
+// The names of blocks [first, last] as "FIRST .. LAST", or one name when first == last.
 std::string block_range(const MemoryPlan& p, int first, int last) {
   return first == last ? p.blocks[first].name : p.blocks[first].name + " .. " + p.blocks[last].name;
 }

@@ -4,42 +4,29 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/model_shape.h"
 
 namespace bcd {
 
 namespace {
-int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 bool reduced_precision(torch::ScalarType t) { return t == torch::kBFloat16 || t == torch::kHalf; }
 }  // namespace
 
 Block::Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts, torch::Tensor storage)
     : name_(std::move(name)) {
-  // Group by part (first appearance order), decayed first within a part; stable, so the layout
-  // is a pure function of the shape.
-  std::vector<std::string> order;
-  for (const auto& s : slots)
-    if (std::find(order.begin(), order.end(), s.part) == order.end()) order.push_back(s.part);
-  auto rank = [&](const ParamSlot& s) {
-    return 2 * (std::find(order.begin(), order.end(), s.part) - order.begin()) + (s.decay ? 0 : 1);
-  };
-  std::stable_sort(slots.begin(), slots.end(),
-                   [&](const ParamSlot& a, const ParamSlot& b) { return rank(a) < rank(b); });
-  int64_t off = 0;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    ParamSlot& s = slots[i];
-    if (i == 0 || rank(s) != rank(slots[i - 1])) {
-      off = round_up(off, kAlign);
-      if (!segments_.empty()) segments_.back().end = off;
-      segments_.push_back({off, off, s.decay, s.part});
-    }
-    s.numel = 1;
-    for (int64_t d : s.shape) s.numel *= d;
-    s.offset = off;
-    off += s.numel;
+  // The layout is the model shape's (base/model_shape.h: layout_block), so the planner's blocks
+  // are these.
+  std::vector<SlotShape> shapes;
+  for (const ParamSlot& s : slots) shapes.push_back({s.name, s.shape, s.decay, s.part});
+  const BlockShape layout = layout_block(name_, shapes);
+  for (int64_t i : layout.order) {
+    ParamSlot s = slots[i];
+    s.offset = layout.offsets[i];
+    s.numel = shapes[i].numel();
+    slots_.push_back(std::move(s));
   }
-  numel_ = round_up(off, kAlign);
-  if (!segments_.empty()) segments_.back().end = numel_;
-  slots_ = std::move(slots);
+  for (const SegmentShape& g : layout.segments) segments_.push_back({g.begin, g.end, g.decay, g.part});
+  numel_ = layout.numel;
   if (storage.defined()) {
     BCD_CHECK(storage.dim() == 1 && storage.numel() == numel_ && storage.scalar_type() == opts.dtype(),
               "block {}: the storage given is not a flat buffer of {} elements of the working dtype", name_, numel_);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/model_shape.h"
+
 namespace bcd {
 
 struct ParamSlot {
@@ -32,7 +34,7 @@ class Block {
   // Slots are laid out grouped by part (in order of first appearance), decayed before not
   // decayed within a part; each such run is a Segment padded to kAlign elements, so an
   // optimizer treats a block (or one part of it) as a few flat ranges.
-  static constexpr int64_t kAlign = 16;  // 64 bytes of fp32: one cache line / AVX-512 vector
+  static constexpr int64_t kAlign = kBlockAlign;  // base/model_shape.h: the layout is the model shape's
 
   // `storage`: the flat working buffer to use (numel() elements of opts' dtype, anywhere: a
   // streamed block's lives in host memory, model/llama.h), zeroed here; undefined: allocated.

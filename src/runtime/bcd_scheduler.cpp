@@ -10,20 +10,8 @@
 
 namespace bcd {
 
-int TrainUnit::lowest_block() const {
-  int lo = pieces.front().block;
-  for (const auto& p : pieces) lo = std::min(lo, p.block);
-  return lo;
-}
-
 std::vector<TrainUnit> make_units(const LlamaModel& model, const BcdConfig& cfg) {
-  std::vector<TrainUnit> units;
-  for (const UnitShape& s : unit_shapes(model.config(), cfg)) {
-    TrainUnit u{s.name, {}};
-    for (const UnitPieceShape& p : s.pieces) u.pieces.push_back({p.block, p.part, p.begin, p.end});
-    units.push_back(std::move(u));
-  }
-  return units;
+  return unit_shapes(model.config(), cfg);
 }
 
 namespace {

@@ -7,27 +7,19 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/model_shape.h"
 
 namespace bcd {
 
 class LlamaModel;
 
-// What a unit trains of one storage block (memory/planner.h: UnitPieceShape).
-struct UnitPiece {
-  int block = 0;          // storage block index in the model
-  std::string part;       // "" = every segment, else "attn" / "mlp"
-  int64_t begin = 0, end = 0;  // elements of the block's flat buffer: the whole block, or a
-                               // vocabulary slice's rows (its gradient buffer spans these only)
-};
+// A unit and what it trains of each storage block: the model's own partition (base/model_shape.h),
+// the one the planner sizes.
+using UnitPiece = UnitPieceShape;
+using TrainUnit = UnitShape;
 
-struct TrainUnit {
-  std::string name;       // "embed", "embed.2", "layer.3", "layers.0-3", "layer.3.mlp", "head", "head.0", "model"
-  std::vector<UnitPiece> pieces;
-  int lowest_block() const;  // where backward stops (grad_from)
-};
-
-// The partition of the model for `cfg` (with enabled = false: one unit "model"): the planner's
-// unit_shapes (memory/planner.h), so the plan and the run agree by construction.
+// The partition of the model for `cfg` (with enabled = false: one unit, model): unit_shapes of
+// its config, so the plan and the run agree by construction.
 std::vector<TrainUnit> make_units(const LlamaModel& model, const BcdConfig& cfg);
 
 // Where the schedule is: enough to continue exactly (saved in checkpoints).
