@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/utf8.h"
+
 namespace bcd::hf {
 
 // ---- Loading: where in tokenizer.json a value is, for errors ----
@@ -62,17 +64,7 @@ class Fields {
 // naming the key otherwise.
 uint32_t one_char(const std::string& s, const Fields& f, const char* key);
 
-// ---- UTF-8 ----
-
-// The offset of the first byte that is not part of valid UTF-8, or npos.
-size_t utf8_invalid_at(std::string_view s);
-inline size_t utf8_len(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
-// The code point at s[i] (valid UTF-8), advancing i past it.
-uint32_t utf8_next(std::string_view s, size_t& i);
-void utf8_append(std::string& out, uint32_t cp);
-size_t utf8_count(std::string_view s);
-// Rust's String::from_utf8_lossy: each maximal invalid subpart becomes one U+FFFD.
-std::string utf8_lossy(std::string_view bytes);
+// ---- UTF-8: base/utf8.h ----
 
 // ---- Unicode predicates with Rust's meanings (utf8proc's data) ----
 

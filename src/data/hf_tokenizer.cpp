@@ -287,7 +287,7 @@ HfTokenizer HfTokenizer::load(const std::string& path) {
 
 std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special) const {
   const hf::Impl& m = *impl_;
-  if (const size_t bad = hf::utf8_invalid_at(text); bad != std::string_view::npos)
+  if (const size_t bad = utf8_invalid_at(text); bad != std::string_view::npos)
     user_error("cannot tokenize with {}: the text is not valid UTF-8 (byte {} of {})", m.path, bad, text.size());
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
