@@ -1,6 +1,12 @@
-// Whole-file reads.
+// Whole-file reads, atomic writes, owned descriptors (base/files.h).
 #include "base/files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -15,6 +21,51 @@ std::string read_file(const std::string& path, const std::string& what) {
   ss << in.rdbuf();
   if (in.bad()) user_error("error while reading {} {}", what, path);
   return ss.str();
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  auto fail = [&](const char* step) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    user_error("{} {}: cannot {} ({})", what, path, step, std::strerror(err));
+  };
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) fail("create a temporary file beside it");
+    for (size_t done = 0; done < bytes.size();) {
+      const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail("write");
+      done += static_cast<size_t>(n);
+    }
+    if (::fsync(fd.get()) != 0) fail("fsync");
+    if (fd.close() != 0) fail("close");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename the temporary file into place");
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d) ::fsync(d.get());  // the rename's durability; a directory that cannot be opened keeps it in cache
+}
+
+// ---- UniqueFd ----
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+int UniqueFd::close() {
+  if (fd_ < 0) return 0;
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  return rc;
 }
 
 }  // namespace bcd

@@ -1,11 +1,46 @@
-// Whole small files (tokenizers, configs, digests' inputs) read into memory with one error rule.
+// Files with one rule each: whole small files read into memory, small files written atomically
+// and durably, and file descriptors owned (every descriptor the program opens sits in a UniqueFd).
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace bcd {
 
 // The bytes of `path`; UserError naming `what` and the path when it cannot be opened or read.
 std::string read_file(const std::string& path, const std::string& what);
+
+// `bytes` into `path`, atomically and durably: written to PATH.tmp-PID beside it, fsync'd,
+// renamed over PATH, the directory fsync'd; a reader sees the old file or the whole new one, and
+// a crash after the call keeps the new one. The temporary is removed on failure. UserError naming
+// `what` and the path when it cannot be written.
+void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what);
+
+// An owned file descriptor, closed on destruction (close() errors are then ignored: they carry
+// no information for a file that was read or fsync'd; close() returns them where they matter).
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+  // Closes now: 0, or -1 with errno set (as ::close); 0 when nothing is open.
+  int close();
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace bcd

@@ -14,6 +14,7 @@
 
 #include "base/bytes.h"
 #include "base/error.h"
+#include "base/files.h"
 
 namespace bcd {
 
@@ -87,10 +88,9 @@ bool is_percent_line(std::string_view line) { return line == "%" || line == "%\r
 class LineReader {
  public:
   LineReader(std::string path, size_t max_line) : path_(std::move(path)), max_line_(max_line) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) io_error("open", path_);
+    fd_.reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd_) io_error("open", path_);
   }
-  ~LineReader() { ::close(fd_); }
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
 
@@ -140,7 +140,7 @@ class LineReader {
     }
     if (buf_.size() < end_ + kReadBlock) buf_.resize(end_ + kReadBlock);
     ssize_t n;
-    do n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
+    do n = ::read(fd_.get(), buf_.data() + end_, buf_.size() - end_);
     while (n < 0 && errno == EINTR);
     if (n < 0) io_error("read", path_);
     if (n == 0) eof_ = true;
@@ -150,7 +150,7 @@ class LineReader {
 
   std::string path_;
   size_t max_line_;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::vector<char> buf_;
   size_t begin_ = 0, end_ = 0, scan_ = 0;  // unread bytes [begin_, end_); no '\n' in [begin_, scan_)
   bool eof_ = false, continued_ = false;

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/files.h"
 #include "data/hf_tokenizer.h"
 
 namespace bcd {
@@ -324,26 +325,8 @@ void Tokenizer::train_bpe_sentences(const std::vector<std::string>& sentences, i
                model_path, status.message());
   }
 
-  // Write beside the target and rename, so a reader never sees half a model.
-  const std::string tmp = model_path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(model.data(), static_cast<std::streamsize>(model.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      user_error("cannot write tokenizer model {} (check the directory exists and is writable)",
-                 tmp);
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, model_path, ec);
-  if (ec) {
-    std::error_code ec2;
-    fs::remove(tmp, ec2);
-    user_error("cannot move tokenizer model into place at {}: {}", model_path, ec.message());
-  }
+  // Written beside the target and renamed, so a reader never sees half a model.
+  write_file_atomic(model_path, model, "tokenizer model");
 }
 
 // ---- Encoding ----

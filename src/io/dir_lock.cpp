@@ -10,19 +10,20 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/files.h"
 
 namespace bcd {
 
 namespace {
 
-// Takes the lock of `fd` (<dir>/.lock), or closes `fd` and throws UserError naming the holder;
-// `exclusive` false takes a shared lock, which only a holder of the exclusive one refuses.
+// Takes the lock of `fd` (<dir>/.lock), or throws UserError naming the holder (the caller's
+// UniqueFd closes it); `exclusive` false takes a shared lock, which only a holder of the exclusive
+// one refuses.
 void take_lock(int fd, bool exclusive, const std::string& dir, const std::string& path, const std::string& what) {
   if (::flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) return;
   const int err = errno;
   char buf[32] = {};
   const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  ::close(fd);
   if (err != EWOULDBLOCK) user_error("{}: cannot lock the {} ({})", path, what, std::strerror(err));
   const std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("unknown");
   user_error("{}: the {} is in use by another bcdtrain process (pid {}); wait for it to end or choose another "
@@ -34,27 +35,24 @@ void take_lock(int fd, bool exclusive, const std::string& dir, const std::string
 
 DirLock::DirLock(const std::string& dir, const std::string& what) {
   const std::string path = dir + "/.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) user_error("{}: cannot open the {}'s lock file ({})", path, what, std::strerror(errno));
-  take_lock(fd_, true, dir, path, what);
+  fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd_) user_error("{}: cannot open the {}'s lock file ({})", path, what, std::strerror(errno));
+  take_lock(fd_.get(), true, dir, path, what);
   // The PID is for the message of a refused second process; the lock holds without it.
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+  if (::ftruncate(fd_.get(), 0) == 0) (void)!::pwrite(fd_.get(), pid.data(), pid.size(), 0);
 }
 
 void DirLock::check_free(const std::string& dir, const std::string& what) {
   const std::string path = dir + "/.lock";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;  // never locked (or unreadable: the real lock will say)
-  take_lock(fd, false, dir, path, what);
-  ::flock(fd, LOCK_UN);
-  ::close(fd);
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return;  // never locked (or unreadable: the real lock will say)
+  take_lock(fd.get(), false, dir, path, what);
+  ::flock(fd.get(), LOCK_UN);
 }
 
 DirLock::~DirLock() {
-  if (fd_ < 0) return;
-  ::flock(fd_, LOCK_UN);
-  ::close(fd_);
+  if (fd_) ::flock(fd_.get(), LOCK_UN);
 }
 
 }  // namespace bcd

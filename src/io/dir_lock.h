@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "base/files.h"
+
 namespace bcd {
 
 class DirLock {
@@ -21,7 +23,7 @@ class DirLock {
   DirLock& operator=(const DirLock&) = delete;
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 }  // namespace bcd

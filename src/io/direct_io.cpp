@@ -38,18 +38,6 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   return *this;
 }
 
-// ---- UniqueFd ----
-
-UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
-  if (this != &o) reset(o.release());
-  return *this;
-}
-
-void UniqueFd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);  // close() errors carry no information for files we only fsync'ed
-  fd_ = fd;
-}
-
 // ---- Opening data files ----
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/files.h"
+
 namespace bcd {
 
 // O_DIRECT wants offsets, lengths and buffer addresses aligned to the logical block size; 4 KiB
@@ -34,26 +36,6 @@ class AlignedBuffer {
  private:
   char* data_ = nullptr;
   size_t size_ = 0;
-};
-
-// An owned file descriptor, closed on destruction.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int release() { int fd = fd_; fd_ = -1; return fd; }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
 };
 
 struct DataFile {

@@ -18,6 +18,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "base/files.h"
 
 namespace bcd {
 
@@ -28,11 +29,10 @@ namespace {
 constexpr hsize_t kChunk = 1 << 20;  // elements per chunk (4 MiB of fp32): the unit of checksums
 
 void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) user_error("{}: cannot open to fsync", path);
-  const int rc = ::fsync(fd);
+  const UniqueFd fd(::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC));
+  if (!fd) user_error("{}: cannot open to fsync", path);
+  const int rc = ::fsync(fd.get());
   const int err = errno;
-  ::close(fd);
   if (rc != 0) user_error("{}: fsync failed ({})", path, std::strerror(err));
 }
 
@@ -200,13 +200,13 @@ struct StateFileWriter::Impl {
   // Called only while no write has failed (floats() checks).
   static constexpr uint64_t kSlack = 1u << 20;
   void reserve(const std::string& what, uint64_t bytes) {
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) fail(what, errno);
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) fail(what, errno);
     struct stat st {};
-    int rc = ::fstat(fd, &st);
-    if (rc == 0) rc = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, st.st_size, static_cast<off_t>(bytes + kSlack));
+    int rc = ::fstat(fd.get(), &st);
+    if (rc == 0) rc = ::fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, st.st_size, static_cast<off_t>(bytes + kSlack));
     const int err = errno;
-    ::close(fd);
+    fd.reset();
     if (rc == 0 || err == EOPNOTSUPP || err == ENOSYS) return;  // a file system without fallocate: unreserved
     try {  // HDF5 wrote nothing it could not: close it normally (its metadata fits the slack)
       file.close();
@@ -218,11 +218,10 @@ struct StateFileWriter::Impl {
 
   // The file's size, and the reserved blocks past it given back (after close).
   void trim() {
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return;
+    const UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return;
     struct stat st {};
-    if (::fstat(fd, &st) == 0) (void)!::ftruncate(fd, st.st_size);
-    ::close(fd);
+    if (::fstat(fd.get(), &st) == 0) (void)!::ftruncate(fd.get(), st.st_size);
   }
 };
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/files.h"
 #ifdef BCD_HAVE_CUDA_KERNELS
 #include "kernels/host_memory.h"
 #endif
@@ -56,10 +57,10 @@ HostWeights HostWeights::sized(uint64_t bytes, std::string name) {
   return h;
 }
 
-void HostWeights::map_fd(int fd, bool cuda) {
-  void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+void HostWeights::map_fd(UniqueFd fd, bool cuda) {
+  void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   const int err = errno;
-  ::close(fd);
+  fd.reset();  // the mapping holds the segment
   if (p == MAP_FAILED) user_error("shared weights {}: cannot map {} bytes ({})", name_, mapped_, std::strerror(err));
   data_ = static_cast<char*>(p);
   registered_ = register_for_cuda(data_, mapped_, cuda, "the shared host copy " + name_);
@@ -78,32 +79,31 @@ HostWeights HostWeights::make_private(uint64_t bytes, bool cuda, const std::stri
 HostWeights HostWeights::create_shared(const std::string& name, uint64_t bytes, bool cuda) {
   HostWeights h = sized(bytes, name);
   ::shm_unlink(name.c_str());  // a segment of a run that died before unlinking it
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) user_error("shared weights {}: cannot create ({})", name, std::strerror(errno));
+  UniqueFd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600));
+  if (!fd) user_error("shared weights {}: cannot create ({})", name, std::strerror(errno));
   // posix_fallocate, not ftruncate: a /dev/shm too small fails here, not with SIGBUS mid-run.
-  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(h.mapped_));
+  const int rc = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(h.mapped_));
   if (rc != 0) {
-    ::close(fd);
+    fd.reset();
     ::shm_unlink(name.c_str());
     user_error("shared weights {}: cannot reserve {:.2f} GiB in /dev/shm ({}); the streamed layers' weights live "
                "there, one copy per machine: enlarge /dev/shm or set memory.stream_weights = \"off\"",
                name, static_cast<double>(h.mapped_) / (1ull << 30), std::strerror(rc));
   }
-  h.map_fd(fd, cuda);
+  h.map_fd(std::move(fd), cuda);
   return h;
 }
 
 HostWeights HostWeights::attach_shared(const std::string& name, uint64_t bytes, bool cuda) {
   HostWeights h = sized(bytes, name);
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) user_error("shared weights {}: cannot open ({}); the machine's first rank creates it", name, std::strerror(errno));
+  UniqueFd fd(::shm_open(name.c_str(), O_RDWR, 0600));
+  if (!fd) user_error("shared weights {}: cannot open ({}); the machine's first rank creates it", name, std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < h.mapped_) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < h.mapped_) {
     user_error("shared weights {}: holds {} bytes, expected {} (another run's segment?)", name,
                static_cast<uint64_t>(st.st_size), h.mapped_);
   }
-  h.map_fd(fd, cuda);
+  h.map_fd(std::move(fd), cuda);
   return h;
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "io/extent_store.h"
 #include "memory/compute_copy.h"
 
@@ -51,7 +52,7 @@ class HostWeights {
 
  private:
   static HostWeights sized(uint64_t bytes, std::string name);  // nothing mapped yet
-  void map_fd(int fd, bool cuda);  // maps the shared-memory object `fd` (closed here)
+  void map_fd(UniqueFd fd, bool cuda);  // maps the shared-memory object `fd` (closed here)
   void reset();
   char* data_ = nullptr;
   uint64_t bytes_ = 0, mapped_ = 0;

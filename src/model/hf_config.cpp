@@ -24,7 +24,7 @@ using json = nlohmann::json;
 
 // The HF families we build, and what differs between them (transformers' config defaults).
 struct Family {
-  const char* model_type;
+  HfFamily family;
   bool qkv_bias, qk_norm;
   int64_t default_kv_heads;    // when num_key_value_heads is absent (0: num_attention_heads)
   int64_t default_head_dim;    // when head_dim is absent (0: hidden_size / num_attention_heads)
@@ -33,10 +33,10 @@ struct Family {
   bool window_switch;          // qwen: sliding_window counts only with use_sliding_window
 };
 constexpr Family kFamilies[] = {
-    {"llama", false, false, 0, 0, 2048, 0, false},
-    {"mistral", false, false, 8, 0, 4096 * 32, 4096, false},
-    {"qwen2", true, false, 32, 0, 32768, 0, true},
-    {"qwen3", false, true, 32, 128, 32768, 0, true},
+    {HfFamily::kLlama, false, false, 0, 0, 2048, 0, false},
+    {HfFamily::kMistral, false, false, 8, 0, 4096 * 32, 4096, false},
+    {HfFamily::kQwen2, true, false, 32, 0, 32768, 0, true},
+    {HfFamily::kQwen3, false, true, 32, 128, 32768, 0, true},
 };
 
 // Keys that never change what the model computes (ids, dtypes, caching, initialisation,
@@ -319,9 +319,10 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
   if (!j.is_object()) user_error("{}: expected a JSON object", path);
   HfReader r(j, path);
   const std::string type = r.get<std::string>("model_type");
+  const std::optional<HfFamily> family = parse_choice<HfFamily>(type);
   const Family* fam = nullptr;
   for (const Family& f : kFamilies)
-    if (type == f.model_type) fam = &f;
+    if (family == f.family) fam = &f;
   if (!fam)
     user_error("{}: unsupported model_type \"{}\" (expected llama, mistral, qwen2 or qwen3; Gemma, Phi-3, OLMo and "
                "others have layers of another shape)", path, type);

@@ -7,6 +7,10 @@
 
 namespace bcd {
 
+// The Hugging Face model families (config.json model_type) bcdtrain builds.
+enum class HfFamily { kLlama, kMistral, kQwen2, kQwen3 };
+template <> struct Choices<HfFamily> { static constexpr const char* names[] = {"llama", "mistral", "qwen2", "qwen3"}; };
+
 // Fills the shape fields of `base` from the HF config at `path` (RoPE from rope_parameters or
 // rope_theta + rope_scaling); keeps bcdtrain-only fields (init_std, activation_checkpointing).
 // UserError naming the file and key for a missing key, a wrong type, an unsupported model_type,

@@ -11,9 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "model/hf_config.h"
 #include "model/weights.h"
 #include "model/hf_weights.h"
 #include "model/rope.h"
@@ -77,32 +79,13 @@ bool prepare_out_dir(const std::string& out) {
   return false;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      user_error("{}: cannot write", path);
-    }
+const char* architecture_of(HfFamily f) {
+  switch (f) {
+    case HfFamily::kQwen3: return "Qwen3ForCausalLM";
+    case HfFamily::kQwen2: return "Qwen2ForCausalLM";
+    case HfFamily::kMistral: return "MistralForCausalLM";
+    case HfFamily::kLlama: break;
   }
-  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    user_error("{}: cannot rename the temporary file into place", path);
-  }
-}
-
-const char* architecture_of(const std::string& model_type) {
-  if (model_type == "qwen3") return "Qwen3ForCausalLM";
-  if (model_type == "qwen2") return "Qwen2ForCausalLM";
-  if (model_type == "mistral") return "MistralForCausalLM";
   return "LlamaForCausalLM";
 }
 
@@ -143,17 +126,20 @@ std::string hf_config_json(const ModelConfig& m, const std::string& base_config_
     }
     if (!j.is_object()) j = json::object();
   }
-  std::string type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+  std::optional<HfFamily> family;
+  if (j.contains("model_type") && j["model_type"].is_string())
+    family = parse_choice<HfFamily>(j["model_type"].get<std::string>());
   // Qwen2 always has q/k/v biases, Qwen3 always q/k norms, and Llama/Mistral neither (as we map
   // them): a base of another kind describes a different architecture, so start afresh.
-  const bool known = type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3";
-  const bool base_fits = known && (type == "qwen2") == m.qkv_bias && (type == "qwen3") == m.qk_norm;
+  const bool base_fits =
+      family && (*family == HfFamily::kQwen2) == m.qkv_bias && (*family == HfFamily::kQwen3) == m.qk_norm;
   if (!base_fits) {
     j = json::object();
-    type = m.qk_norm ? "qwen3" : m.qkv_bias ? "qwen2" : "llama";
+    family = m.qk_norm ? HfFamily::kQwen3 : m.qkv_bias ? HfFamily::kQwen2 : HfFamily::kLlama;
   }
+  const HfFamily type = *family;
   if (!j.contains("architectures")) j["architectures"] = {architecture_of(type)};
-  j["model_type"] = type;
+  j["model_type"] = name_of(type);
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.d_model;
   j["intermediate_size"] = m.ff_dim();
@@ -177,14 +163,14 @@ std::string hf_config_json(const ModelConfig& m, const std::string& base_config_
   if (j.contains("dtype")) j["dtype"] = hf_torch_dtype_name(dtype);  // newer transformers' name for it
   if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
   if (!j.contains("initializer_range")) j["initializer_range"] = m.init_std;
-  if (type == "llama" || type == "qwen3") {
+  if (type == HfFamily::kLlama || type == HfFamily::kQwen3) {
     if (!j.contains("attention_bias")) j["attention_bias"] = false;
   }
-  if (type == "llama") {
+  if (type == HfFamily::kLlama) {
     if (!j.contains("mlp_bias")) j["mlp_bias"] = false;
-  } else if (type == "qwen2" || type == "qwen3") {
+  } else if (type == HfFamily::kQwen2 || type == HfFamily::kQwen3) {
     if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;
-  } else if (type == "mistral") {
+  } else if (type == HfFamily::kMistral) {
     if (!j.contains("sliding_window")) j["sliding_window"] = nullptr;
   }
   return j.dump(2) + "\n";
@@ -244,11 +230,11 @@ HfExportReport write_hf_files(const LlamaModel& model, const std::string& out_di
   }
   if (n > 1) {
     json index = {{"metadata", {{"total_size", r.tensor_bytes}}}, {"weight_map", weight_map}};
-    write_text_atomic(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+    write_file_atomic(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n", "export");
     written.insert("model.safetensors.index.json");
     r.files.push_back(out_dir + "/model.safetensors.index.json");
   }
-  write_text_atomic(out_dir + "/config.json", config_text);
+  write_file_atomic(out_dir + "/config.json", config_text, "export");
 
   // ---- A previous export's other files would shadow or contradict this one ----
   for (const auto& e : fs::directory_iterator(out_dir)) {

@@ -246,36 +246,34 @@ bool pread_full(int fd, void* dst, size_t n, uint64_t off) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) user_error("{}: cannot open safetensors file ({})", path, std::strerror(errno));
+  fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd_) user_error("{}: cannot open safetensors file ({})", path, std::strerror(errno));
   try {
     struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) user_error("{}: not a regular file", path);
+    if (::fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode)) user_error("{}: not a regular file", path);
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     uint8_t len[8];
-    if (size < 8 || !pread_full(fd_, len, 8, 0))
+    if (size < 8 || !pread_full(fd_.get(), len, 8, 0))
       user_error("{}: truncated safetensors file: {} bytes, expected at least 8 (the header length)", path, size);
     const uint64_t n = read_le64(len);
     check_header_length(n, size, path);
     std::string text(n, '\0');
-    if (!pread_full(fd_, text.data(), n, 8)) user_error("{}: cannot read the safetensors header", path);
+    if (!pread_full(fd_.get(), text.data(), n, 8)) user_error("{}: cannot read the safetensors header", path);
     header_ = parse_header_json(text.data(), n, size - 8 - n, path);
     header_.data_start = 8 + n;
   } catch (...) {
-    ::close(fd_);
+    fd_.reset();
     throw;
   }
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), header_(std::move(o.header_)) {}
+    : path_(std::move(o.path_)), fd_(std::move(o.fd_)), header_(std::move(o.header_)) {}
 
 void SafetensorsFile::read(const TensorInfo& t, void* dst) const {
-  if (!pread_full(fd_, dst, t.nbytes(), header_.data_start + t.begin))
+  if (!pread_full(fd_.get(), dst, t.nbytes(), header_.data_start + t.begin))
     user_error("{}: cannot read tensor {} ({} bytes at offset {}): file truncated or unreadable", path_,
                quote_name(t.name), t.nbytes(), header_.data_start + t.begin);
 }
@@ -311,8 +309,8 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> t
   header.append((8 - header.size() % 8) % 8, ' ');  // data starts 8-byte aligned
 
   tmp_ = path_ + ".tmp-" + std::to_string(::getpid());
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) user_error("{}: cannot create ({})", tmp_, std::strerror(errno));
+  fd_.reset(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd_) user_error("{}: cannot create ({})", tmp_, std::strerror(errno));
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
   write_all(len, 8);
@@ -320,14 +318,14 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> t
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) ::close(fd_);
+  fd_.reset();
   if (!tmp_.empty()) std::remove(tmp_.c_str());
 }
 
 void SafetensorsWriter::write_all(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
-    const ssize_t w = ::write(fd_, p, n);
+    const ssize_t w = ::write(fd_.get(), p, n);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) user_error("{}: write failed ({})", path_, std::strerror(errno));
     p += w, n -= static_cast<size_t>(w);
@@ -344,9 +342,8 @@ void SafetensorsWriter::write_next(const void* data, size_t bytes) {
 
 void SafetensorsWriter::commit() {
   BCD_CHECK(next_ == tensors_.size(), "{}: {} of {} tensors written", path_, next_, tensors_.size());
-  if (::fsync(fd_) != 0) user_error("{}: fsync failed ({})", path_, std::strerror(errno));
-  const int rc = ::close(fd_);
-  fd_ = -1;
+  if (::fsync(fd_.get()) != 0) user_error("{}: fsync failed ({})", path_, std::strerror(errno));
+  const int rc = fd_.close();
   if (rc != 0) user_error("{}: close failed ({})", path_, std::strerror(errno));
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
     user_error("{}: cannot rename {} into place ({})", path_, tmp_, std::strerror(errno));

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
+
 namespace bcd::st {
 
 enum class Dtype { kBool, kU8, kI8, kF8E4M3, kF8E5M2, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kI64, kU64, kF64 };
@@ -65,7 +67,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   Header header_;
 };
 
@@ -101,7 +103,7 @@ class SafetensorsWriter {
   std::vector<uint64_t> sizes_;
   size_t next_ = 0;
   uint64_t data_bytes_ = 0;
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 }  // namespace bcd::st

@@ -10,6 +10,7 @@
 
 #include "base/bytes.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "runtime/cuda_torch.h"
 #include "runtime/run_setup.h"
 
@@ -47,13 +48,7 @@ void truncate_metrics(const std::string& path, int64_t first_step) {
     kept += line + "\n";
   }
   in.close();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << kept;
-    if (!out) user_error("{}: cannot write", tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomic(path, kept, "metrics file");
 }
 
 void MetricsLog::record(const StepStats& s, const RunSetup& run) {

@@ -3,6 +3,7 @@
 // each, plots.json written; and train.plot, which draws a finished run's plots in-process.
 #include "runtime/plots.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spawn.h>
@@ -24,6 +25,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/files.h"
 
 extern char** environ;
 
@@ -418,31 +420,29 @@ std::string find_in_path(const std::string& name) {
 // killed by signal N) and what it printed.
 int run_captured(const std::vector<std::string>& argv, std::string& output) {
   int fds[2];
-  if (::pipe(fds) != 0) return output = std::strerror(errno), -1;
+  if (::pipe2(fds, O_CLOEXEC) != 0) return output = std::strerror(errno), -1;
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  posix_spawn_file_actions_addclose(&fa, fds[1]);
+  posix_spawn_file_actions_adddup2(&fa, write_end.get(), STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, write_end.get(), STDERR_FILENO);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
   const int err = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
+  write_end.reset();  // the child's copy is the pipe's only writer now: its exit ends the reads
   if (err != 0) {
-    ::close(fds[0]);
     output = fmt::format("cannot start {}: {}", argv[0], std::strerror(err));
     return -1;
   }
   char buf[4096];
-  for (ssize_t got; (got = ::read(fds[0], buf, sizeof(buf))) != 0;) {
+  for (ssize_t got; (got = ::read(read_end.get(), buf, sizeof(buf))) != 0;) {
     if (got > 0) output.append(buf, static_cast<size_t>(got));
     else if (errno != EINTR) break;
   }
-  ::close(fds[0]);
+  read_end.reset();
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "io/fault_engine.h"
+#include "memory/nvme_dirs.h"
 #include "model/hf_config.h"
 #include "model/hf_import.h"
 #include "runtime/cuda_torch.h"
@@ -151,20 +152,6 @@ uint64_t working_bytes(LlamaModel& model, const StreamedWeights* streamed) {
   return bytes + static_cast<uint64_t>(model.rope_cos().nbytes() + model.rope_sin().nbytes());
 }
 
-// This rank's directories of the NVMe tier: memory.nvme_paths, each with a directory of its own
-// per rank when there are several (created here).
-std::vector<std::string> rank_nvme_paths(const MemoryConfig& mem, const ProcessGroup& pg) {
-  std::vector<std::string> paths = mem.nvme_paths;
-  if (pg.world_size() > 1)
-    for (std::string& path : paths) {
-      path += "/rank" + std::to_string(pg.rank());
-      std::error_code ec;
-      std::filesystem::create_directories(path, ec);
-      if (ec) user_error("config: [memory] nvme_paths: cannot create {} ({})", path, ec.message());
-    }
-  return paths;
-}
-
 // BCD_NVME_FAULTS: injected NVMe faults for a whole run (io/fault_engine.h), to see what a failing
 // drive does to training; the same plan for every store of the run (the stager's, the streamed
 // weights'). Said loudly: it is never what a user wants by accident. Empty without the variable.
@@ -188,7 +175,8 @@ std::unique_ptr<StreamedWeights> make_streamed(const MemoryPlan& plan, const Con
     user_error("config: [memory] stream_weights streams frozen layers' weights, which needs block coordinate descent "
                "with the fused optimizer ([bcd] enabled = true, [optim] impl = \"fused\"); set stream_weights = \"off\"");
   return std::make_unique<StreamedWeights>(plan, cfg.model, working_options(cfg.train, device), &acct, pg, env,
-                                           rank_nvme_paths(cfg.memory, pg), engines);
+                                           nvme_dirs(cfg.memory.nvme_paths, pg.rank(), pg.world_size(), NvmeStore::kWeights),
+                                           engines);
 }
 
 // [bcd] fixed_order as unit indices (order = "fixed"); UserError naming an unknown block.
@@ -289,7 +277,9 @@ void RunSetup::make_optimizer() {
     storage.accounting = &acct;
     storage.unit_home = plan.unit_home;
     storage.stager.prefetch_depth = static_cast<int>(cfg.memory.prefetch_depth);
-    storage.stager.nvme_paths = rank_nvme_paths(cfg.memory, *pg);  // every rank stages its own state
+    // every rank stages its own state
+    storage.stager.nvme_paths = nvme_dirs(cfg.memory.nvme_paths, pg->rank(), pg->world_size(), NvmeStore::kState);
+    create_nvme_dirs(storage.stager.nvme_paths);
     storage.shard_rank = shards() > 1 ? pg->rank() : 0;
     storage.shard_count = shards();
     if (device.is_cuda()) storage.stager.compute_stream = torch_current_cuda_stream(cuda_index(device));

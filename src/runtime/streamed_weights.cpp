@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "base/error.h"
+#include "memory/nvme_dirs.h"
 #include "runtime/cuda_torch.h"
 
 namespace bcd {
@@ -24,7 +25,7 @@ std::string shared_name(const DistEnv& env) {
 
 StreamedWeights::StreamedWeights(const MemoryPlan& plan, const ModelConfig& model, torch::TensorOptions working,
                                  MemoryAccounting* acct, ProcessGroup& pg, const DistEnv& env,
-                                 const std::vector<std::string>& nvme_paths, ExtentStore::EngineFactory engines)
+                                 const std::vector<std::string>& nvme_dirs, ExtentStore::EngineFactory engines)
     : pg_(pg),
       writer_(env.local_rank == 0),
       meet_(env.local_world_size > 1),
@@ -73,15 +74,9 @@ StreamedWeights::StreamedWeights(const MemoryPlan& plan, const ModelConfig& mode
   // The NVMe homes: this rank's extent store, read into pinned staging buffers (one per window
   // buffer, and one for the synchronous reads and writes of switches and checkpoints).
   if (nvme_bytes > 0) {
-    BCD_CHECK(!nvme_paths.empty(), "stream plan: NVMe homes without memory.nvme_paths");
-    std::vector<std::string> dirs;
-    for (const std::string& p : nvme_paths) {
-      dirs.push_back(p + "/weights");  // beside the stager's store: each store locks its own directory
-      std::error_code ec;
-      std::filesystem::create_directories(dirs.back(), ec);
-      if (ec) user_error("config: [memory] nvme_paths: cannot create {} ({})", dirs.back(), ec.message());
-    }
-    store_ = std::make_unique<ExtentStore>(dirs, StoreOptions{}, std::move(engines));
+    BCD_CHECK(!nvme_dirs.empty(), "stream plan: NVMe homes without memory.nvme_paths");
+    create_nvme_dirs(nvme_dirs);  // only when a layer is homed there
+    store_ = std::make_unique<ExtentStore>(nvme_dirs, StoreOptions{}, std::move(engines));
     store_->discard_at_close();  // the run's checkpoints hold the weights
     object_.assign(shapes.size(), 0);
     for (size_t b = 0; b < shapes.size(); ++b)

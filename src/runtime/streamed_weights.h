@@ -45,11 +45,12 @@ class StreamedWeights final : public LayerWeights {
   // Host copy, window and active buffer of the plan's streamed blocks (plan.stream); charged to
   // `acct` as working weights (host: this rank's share of a shared copy). With several ranks on
   // the machine the host copy is shared: the ranks meet in `pg` to create and attach it.
-  // Layers homed on NVMe (plan.stream.home) live in an extent store under each of `nvme_paths`
-  // + "/weights" (this rank's paths), its I/O engines made by `engines` (tests: faults).
+  // Layers homed on NVMe (plan.stream.home) live in an extent store in `nvme_dirs` (this rank's
+  // NvmeStore::kWeights directories, memory/nvme_dirs.h; created when a layer is homed there), its
+  // I/O engines made by `engines` (tests: faults).
   StreamedWeights(const MemoryPlan& plan, const ModelConfig& model, torch::TensorOptions working,
                   MemoryAccounting* acct, ProcessGroup& pg, const DistEnv& env,
-                  const std::vector<std::string>& nvme_paths = {}, ExtentStore::EngineFactory engines = {});
+                  const std::vector<std::string>& nvme_dirs = {}, ExtentStore::EngineFactory engines = {});
   ~StreamedWeights() override;
 
   // LlamaModel's BlockStorage: a streamed block's host copy, undefined for the others.

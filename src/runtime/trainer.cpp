@@ -17,8 +17,10 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/files.h"
 #include "base/printable.h"
 #include "base/progress.h"
+#include "memory/nvme_dirs.h"
 #include "io/checkpoint.h"
 #include "io/dir_lock.h"
 #include "model/weights.h"
@@ -71,12 +73,6 @@ class Console {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out) user_error("{}: cannot write", path);
-}
-
 // <run_dir>: config.toml, the tokenizer (tokenizer.model or tokenizer.json, with the Hugging Face
 // config files that came with it), and metrics.jsonl (kept up to the resumed step).
 // Rank 0 writes the run directory; the other ranks get no log.
@@ -87,7 +83,7 @@ std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
   fs::create_directories(dir, ec);
   if (ec) user_error("config: [train] run_dir {}: cannot create ({})", dir, ec.message());
   Config cfg = run.cfg;
-  write_file(dir + "/config.toml", config_to_toml(cfg));
+  write_file_atomic(dir + "/config.toml", config_to_toml(cfg), "run config");
   copy_tokenizer_files(run.ds.tokenizer_path(), dir);
   const bool resumed = !run.resume_from.empty();
   if (resumed) truncate_metrics(dir + "/metrics.jsonl", run.first_step);
@@ -204,7 +200,7 @@ std::string write_samples(RunSetup& run, TrainSummary& sum) {
                                : generate_text(run.model, run.tok, prompt, so, seed));
     samples_txt += "--- sample " + std::to_string(i + 1) + " ---\n" + sum.samples.back() + "\n";
   }
-  write_file(tc.run_dir + "/samples.txt", samples_txt);
+  write_file_atomic(tc.run_dir + "/samples.txt", samples_txt, "samples");
   return samples_txt;
 }
 
@@ -291,11 +287,7 @@ namespace {
 // <run_dir>/summary.json, written atomically: how the run ended and the figures runs are compared
 // on (scripts/batch.sh tabulates them).
 void write_summary(const std::string& run_dir, const nlohmann::json& j) {
-  const std::string path = run_dir + "/summary.json", tmp = path + ".tmp";
-  write_file(tmp, j.dump(2) + "\n");
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) user_error("{}: cannot write ({})", path, ec.message());
+  write_file_atomic(run_dir + "/summary.json", j.dump(2) + "\n", "run summary");
 }
 
 nlohmann::json run_summary(const char* status, const TrainSummary& sum, int64_t total_steps, double wall_s) {
@@ -326,11 +318,7 @@ class NvmeDirsCleanup {
  public:
   explicit NvmeDirsCleanup(const MemoryConfig& mem) {
     const DistEnv env = DistEnv::from_environment();
-    for (const std::string& p : mem.nvme_paths) {
-      const std::string rank_dir = env.world_size > 1 ? p + "/rank" + std::to_string(env.rank) : p;
-      dirs_.push_back(rank_dir + "/weights");
-      if (rank_dir != p) dirs_.push_back(rank_dir);
-    }
+    dirs_ = nvme_run_dirs(mem.nvme_paths, env.rank, env.world_size);
   }
   ~NvmeDirsCleanup() {
     for (const std::string& d : dirs_) ::rmdir(d.c_str());  // fails, harmlessly, on one still holding files
