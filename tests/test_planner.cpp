@@ -91,8 +91,9 @@ TEST_P(PlannerShape, UnitsMatchTheOptimizersLayout) {
       }
       const bool sliced = slices > 1 && blocks != BlockKind::kWhole;
       EXPECT_EQ(shapes.front().name, sliced ? "embed.0" : blocks == BlockKind::kWhole ? "model" : "embed");
-      if (blocks != BlockKind::kWhole)
+      if (blocks != BlockKind::kWhole) {
         EXPECT_EQ(shapes.back().name, sliced && !cfg.tie_embeddings ? "head.3" : "head");
+      }
     }
   }
   BcdConfig too_many;

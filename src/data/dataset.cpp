@@ -173,19 +173,59 @@ const auto& deref(const P& impl) {
 
 // ---- Opening ----
 
-TokenDataset TokenDataset::open(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kTokensFile).string();
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    user_error("dataset file {} not found (expected a directory written by `bcdtrain prepare`)", path);
+namespace {
+
+// One split's datasets in the open file: where each one's data lies, and whether it has a mask.
+SplitLayout read_split_layout(const H5::H5File& file, Split s, const std::string& path, bool* has_mask) {
+  const char* name = split_name(s);
+  SplitLayout l;
+  if (!file.nameExists(name)) {
+    user_error("dataset file {} lacks the group /{} (expected a file written by `bcdtrain prepare`)", path, name);
   }
-  auto d = std::make_shared<Impl>();
-  d->dir = dir;
-  d->path = path;
-  // Opened before HDF5 reads the layout, and checked to be the same file after, so the offsets
-  // found below are offsets into the file we read (prepare --force replaces a dataset by rename).
-  d->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!d->fd) user_error("dataset file {}: cannot open ({})", path, errno_text(errno));
+  H5::Group g = file.openGroup(name);
+  hsize_t n = 0;
+  H5::DataSet tokens = open_1d(g, "tokens", path, name, &n);
+  const H5::DataType type = tokens.getDataType();
+  if (type == H5::PredType::STD_U16LE) {
+    l.token_bytes = 2;
+  } else if (type == H5::PredType::STD_U32LE) {
+    l.token_bytes = 4;
+  } else {
+    user_error("dataset file {}: /{}/tokens holds {}-byte integers other than little-endian uint16 or uint32, "
+               "expected one of those (re-run `bcdtrain prepare`)", path, name, type.getSize());
+  }
+  l.n_tokens = static_cast<int64_t>(n);
+  l.tokens_at = contiguous_offset(tokens, n, path, name, "tokens");
+
+  hsize_t n_off = 0;
+  H5::DataSet offsets = open_1d(g, "doc_offsets", path, name, &n_off);
+  if (!(offsets.getDataType() == H5::PredType::STD_U64LE)) {
+    user_error("dataset file {}: /{}/doc_offsets is not little-endian uint64", path, name);
+  }
+  l.n_offsets = static_cast<int64_t>(n_off);
+  l.offsets_at = contiguous_offset(offsets, n_off, path, name, "doc_offsets");
+
+  *has_mask = g.nameExists("loss_mask");
+  if (*has_mask) {
+    hsize_t n_mask = 0;
+    H5::DataSet mask = open_1d(g, "loss_mask", path, name, &n_mask);
+    if (!(mask.getDataType() == H5::PredType::STD_U8LE)) {
+      user_error("dataset file {}: /{}/loss_mask is not uint8", path, name);
+    }
+    if (n_mask != n) {
+      user_error("dataset file {}: /{}/loss_mask holds {} entries, expected one per token ({})", path, name, n_mask,
+                 n);
+    }
+    l.mask_at = contiguous_offset(mask, n_mask, path, name, "loss_mask");
+  }
+  return l;
+}
+
+}  // namespace
+
+// The attributes and the splits' layout, read through HDF5.
+void TokenDataset::read_layout(Impl& d) {
+  const std::string& path = d.path;
   quiet_hdf5();
   bool has_mask[2] = {false, false};
   try {
@@ -208,58 +248,16 @@ TokenDataset TokenDataset::open(const std::string& dir) {
           "(eos required, bos may be -1)",
           path, bos, eos, vocab);
     }
-    d->vocab_size = static_cast<int>(vocab);
-    d->bos_id = static_cast<int>(bos);
-    d->eos_id = static_cast<int>(eos);
-    d->tokenizer_file = read_str_attr(file, "tokenizer", path);
-    d->unigram_val_loss = read_num_attr<double>(file, "unigram_val_loss", H5::PredType::NATIVE_DOUBLE, path);
-
-    for (Split s : {Split::kTrain, Split::kVal}) {
-      const char* name = split_name(s);
-      SplitLayout& l = d->splits[s == Split::kTrain ? 0 : 1];
-      if (!file.nameExists(name)) {
-        user_error("dataset file {} lacks the group /{} (expected a file written by `bcdtrain prepare`)", path, name);
-      }
-      H5::Group g = file.openGroup(name);
-      hsize_t n = 0;
-      H5::DataSet tokens = open_1d(g, "tokens", path, name, &n);
-      const H5::DataType type = tokens.getDataType();
-      if (type == H5::PredType::STD_U16LE) {
-        l.token_bytes = 2;
-      } else if (type == H5::PredType::STD_U32LE) {
-        l.token_bytes = 4;
-      } else {
-        user_error("dataset file {}: /{}/tokens holds {}-byte integers other than little-endian uint16 or uint32, "
-                   "expected one of those (re-run `bcdtrain prepare`)", path, name, type.getSize());
-      }
-      l.n_tokens = static_cast<int64_t>(n);
-      l.tokens_at = contiguous_offset(tokens, n, path, name, "tokens");
-
-      hsize_t n_off = 0;
-      H5::DataSet offsets = open_1d(g, "doc_offsets", path, name, &n_off);
-      if (!(offsets.getDataType() == H5::PredType::STD_U64LE)) {
-        user_error("dataset file {}: /{}/doc_offsets is not little-endian uint64", path, name);
-      }
-      l.n_offsets = static_cast<int64_t>(n_off);
-      l.offsets_at = contiguous_offset(offsets, n_off, path, name, "doc_offsets");
-
-      if (g.nameExists("loss_mask")) {
-        hsize_t n_mask = 0;
-        H5::DataSet mask = open_1d(g, "loss_mask", path, name, &n_mask);
-        if (!(mask.getDataType() == H5::PredType::STD_U8LE)) {
-          user_error("dataset file {}: /{}/loss_mask is not uint8", path, name);
-        }
-        if (n_mask != n) {
-          user_error("dataset file {}: /{}/loss_mask holds {} entries, expected one per token ({})", path, name,
-                     n_mask, n);
-        }
-        l.mask_at = contiguous_offset(mask, n_mask, path, name, "loss_mask");
-        has_mask[s == Split::kTrain ? 0 : 1] = true;
-      }
-    }
-    if (d->splits[0].token_bytes != d->splits[1].token_bytes) {
+    d.vocab_size = static_cast<int>(vocab);
+    d.bos_id = static_cast<int>(bos);
+    d.eos_id = static_cast<int>(eos);
+    d.tokenizer_file = read_str_attr(file, "tokenizer", path);
+    d.unigram_val_loss = read_num_attr<double>(file, "unigram_val_loss", H5::PredType::NATIVE_DOUBLE, path);
+    d.splits[0] = read_split_layout(file, Split::kTrain, path, &has_mask[0]);
+    d.splits[1] = read_split_layout(file, Split::kVal, path, &has_mask[1]);
+    if (d.splits[0].token_bytes != d.splits[1].token_bytes) {
       user_error("dataset file {}: /train/tokens holds {}-byte ids but /val/tokens {}-byte ones, expected the same",
-                 path, d->splits[0].token_bytes, d->splits[1].token_bytes);
+                 path, d.splits[0].token_bytes, d.splits[1].token_bytes);
     }
   } catch (const H5::Exception& e) {
     rethrow_hdf5(e, path, "cannot read dataset file");
@@ -268,24 +266,28 @@ TokenDataset TokenDataset::open(const std::string& dir) {
     user_error("dataset file {}: /{}/loss_mask is missing while /{}/loss_mask is there (expected both or neither)",
                path, has_mask[0] ? "val" : "train", has_mask[0] ? "train" : "val");
   }
-  d->masked = has_mask[0];
+  d.masked = has_mask[0];
+}
 
+// The file read is the one opened (prepare --force replaces a dataset by rename), and every
+// dataset lies within it, so a truncated file fails here rather than in the middle of a run.
+void TokenDataset::check_extents(const Impl& d) {
+  const std::string& path = d.path;
   struct stat by_fd {}, by_path {};
-  if (::fstat(d->fd.get(), &by_fd) != 0 || ::stat(path.c_str(), &by_path) != 0 || by_fd.st_ino != by_path.st_ino ||
+  if (::fstat(d.fd.get(), &by_fd) != 0 || ::stat(path.c_str(), &by_path) != 0 || by_fd.st_ino != by_path.st_ino ||
       by_fd.st_dev != by_path.st_dev) {
     user_error("dataset file {} was replaced while it was being opened; try again", path);
   }
-  // Every dataset within the file, so a truncated file fails here rather than in the middle of a run.
   const auto file_size = static_cast<uint64_t>(by_fd.st_size);
   for (Split s : {Split::kTrain, Split::kVal}) {
-    const SplitLayout& l = d->of(s);
+    const SplitLayout& l = d.of(s);
     const auto n = static_cast<uint64_t>(l.n_tokens);
     const struct {
       const char* name;
       uint64_t at, bytes;
     } parts[] = {{"tokens", l.tokens_at, n * static_cast<uint64_t>(l.token_bytes)},
                  {"doc_offsets", l.offsets_at, static_cast<uint64_t>(l.n_offsets) * 8},
-                 {"loss_mask", l.mask_at, d->masked ? n : 0}};
+                 {"loss_mask", l.mask_at, d.masked ? n : 0}};
     for (const auto& p : parts) {
       if (p.bytes > 0 && (p.at > file_size || p.bytes > file_size - p.at)) {
         user_error("dataset file {} is {} bytes long, but /{}/{} lies at bytes [{}, {}) (truncated? re-run `bcdtrain "
@@ -296,8 +298,8 @@ TokenDataset TokenDataset::open(const std::string& dir) {
     uint64_t first = 0, last = 0;
     if (l.n_offsets > 0) {
       const std::string what = fmt::format("/{}/doc_offsets", split_name(s));
-      pread_full(d->fd.get(), &first, 8, l.offsets_at, path, what);
-      pread_full(d->fd.get(), &last, 8, l.offsets_at + static_cast<uint64_t>(l.n_offsets - 1) * 8, path, what);
+      pread_full(d.fd.get(), &first, 8, l.offsets_at, path, what);
+      pread_full(d.fd.get(), &last, 8, l.offsets_at + static_cast<uint64_t>(l.n_offsets - 1) * 8, path, what);
       first = le64toh(first), last = le64toh(last);
     }
     if (l.n_offsets == 0 || first != 0 || last != n) {
@@ -306,6 +308,23 @@ TokenDataset TokenDataset::open(const std::string& dir) {
           path, split_name(s), n, l.n_offsets, first, last);
     }
   }
+}
+
+TokenDataset TokenDataset::open(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kTokensFile).string();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    user_error("dataset file {} not found (expected a directory written by `bcdtrain prepare`)", path);
+  }
+  auto d = std::make_shared<Impl>();
+  d->dir = dir;
+  d->path = path;
+  // Opened before HDF5 reads the layout, and checked to be the same file after, so the offsets
+  // found are offsets into the file we read.
+  d->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!d->fd) user_error("dataset file {}: cannot open ({})", path, errno_text(errno));
+  read_layout(*d);
+  check_extents(*d);
   TokenDataset out;
   out.impl_ = std::move(d);
   return out;

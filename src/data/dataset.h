@@ -63,6 +63,8 @@ class TokenDataset {
 
  private:
   struct Impl;
+  static void read_layout(Impl& d);          // open's phases: the attributes and splits' layout,
+  static void check_extents(const Impl& d);  // then the file's size and doc_offsets' ends
   std::shared_ptr<const Impl> impl_;
 };
 

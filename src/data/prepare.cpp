@@ -132,11 +132,10 @@ SplitRule split_rule(const SplitCounts& c, double fraction, int64_t n_bad) {
 class AppendFile {
  public:
   explicit AppendFile(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) io_error("create", path_);
+    fd_.reset(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd_) io_error("create", path_);
     buf_.reserve(kWriteBuffer);
   }
-  ~AppendFile() { ::close(fd_); }
   AppendFile(const AppendFile&) = delete;
   AppendFile& operator=(const AppendFile&) = delete;
 
@@ -153,7 +152,7 @@ class AppendFile {
   void flush() {
     size_t off = 0;
     while (off < buf_.size()) {
-      ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
+      ssize_t n = ::write(fd_.get(), buf_.data() + off, buf_.size() - off);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) io_error("write", path_);
       off += static_cast<size_t>(n);
@@ -166,7 +165,7 @@ class AppendFile {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::vector<char> buf_;
   uint64_t bytes_ = 0;
 };
@@ -248,30 +247,24 @@ void copy_into(H5::Group& g, const char* name, const H5::PredType& type, const H
   BCD_CHECK(n * elem == bytes && n > 0, "{}: {} bytes", raw, bytes);
   H5::DataSet ds = g.createDataSet(name, type, H5::DataSpace(1, &n));
   H5::DataSpace file_space = ds.getSpace();
-  int fd = ::open(raw.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) io_error("open", raw);
+  UniqueFd fd(::open(raw.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) io_error("open", raw);
   std::vector<char> buf(kCopyBlock - kCopyBlock % elem);
-  hsize_t at = 0;
-  try {
-    while (at < n) {
-      const hsize_t k = std::min<hsize_t>(n - at, buf.size() / elem);
-      size_t got = 0;
-      while (got < k * elem) {
-        ssize_t r = ::pread(fd, buf.data() + got, k * elem - got, static_cast<off_t>(at * elem + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) io_error("read", raw);
-        got += static_cast<size_t>(r);
-      }
-      file_space.selectHyperslab(H5S_SELECT_SET, &k, &at);
-      H5::DataSpace mem_space(1, &k);
-      ds.write(buf.data(), mem, mem_space, file_space);
-      at += k;
+  for (hsize_t at = 0; at < n;) {
+    const hsize_t k = std::min<hsize_t>(n - at, buf.size() / elem);
+    size_t got = 0;
+    while (got < k * elem) {
+      ssize_t r = ::pread(fd.get(), buf.data() + got, k * elem - got, static_cast<off_t>(at * elem + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) io_error("read", raw);
+      got += static_cast<size_t>(r);
     }
-  } catch (...) {
-    ::close(fd);
-    throw;
+    file_space.selectHyperslab(H5S_SELECT_SET, &k, &at);
+    H5::DataSpace mem_space(1, &k);
+    ds.write(buf.data(), mem, mem_space, file_space);
+    at += k;
   }
-  ::close(fd);
+  fd.reset();
   fs::remove(raw);
 }
 
@@ -354,7 +347,10 @@ std::string hex_xxh64(const std::string& bytes) {
 
 // ---- prepare ----
 
-PrepareReport prepare_dataset(const PrepareOptions& opt) {
+namespace {
+
+// The output directory opt names (normalized), after every option is checked.
+fs::path checked_out_dir(const PrepareOptions& opt) {
   if (opt.out_dir.empty()) user_error("prepare: no output directory given");
   fs::path out = fs::path(opt.out_dir).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();  // "data/" -> "data"
@@ -370,48 +366,199 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   }
   if (opt.memory_mb < 16) user_error("prepare: memory_mb is {}, expected at least 16 (MiB)", opt.memory_mb);
   if (opt.threads < 0) user_error("prepare: threads is {}, expected 0 (every core) or more", opt.threads);
+  return out;
+}
+
+// --chat-template: a name, or auto (the family of the given tokenizer's chat_template).
+ChatTemplate chosen_template(const PrepareOptions& opt, const std::optional<Tokenizer>& given) {
+  if (opt.chat_template != "auto") return chat_template_from_name(opt.chat_template);
+  if (!given)
+    user_error("prepare: --chat-template auto reads the template of the tokenizer's tokenizer_config.json: give "
+               "--tokenizer (a Hugging Face model directory), or name the template (plain, llama2, llama3, chatml)");
+  const std::string& file = given->chat_template_file();
+  return recognize_chat_template(given->chat_template_source(),
+                                 file.empty() ? (fs::path(given->path()).parent_path() / "tokenizer_config.json").string()
+                                              : file);
+}
+
+// An interrupted prepare left its temporary directory: say so (it may be large), but leave it to
+// the user, since a prepare on another machine sharing this file system may still be writing it.
+void warn_of_leftovers(const fs::path& out) {
+  std::error_code ec;
+  const std::string prefix = out.filename().string() + ".tmp-";
+  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH)
+      fmt::print(stderr, "prepare: {} is left from an interrupted prepare (process {} is gone here): remove it\n",
+                 e.path().string(), pid);
+  }
+}
+
+// Memory: up to `live` chunks of chunk_bytes of text are in the pipeline at once, each with its
+// tokens (about as many bytes again) and at most one document of max_doc bytes over: at most
+// 3/4 of the limit; the tokenizer's sample takes a quarter. The chunks are much smaller than
+// that bound allows: what is in flight is then small beside the process's fixed memory however
+// long the run (bigger chunks let the peak creep up with the corpus), and a chunk of 2 MiB
+// holds thousands of documents, plenty to keep every thread busy. Only the memory limit
+// decides where documents are cut, so the dataset is the same on every machine.
+struct Budget {
+  uint64_t memory = 0;
+  size_t max_doc = 0, chunk_bytes = 0, live = 0;
+  int threads = 1;
+};
+Budget budget_of(const PrepareOptions& opt) {
+  Budget b;
+  b.memory = static_cast<uint64_t>(opt.memory_mb) << 20;
+  b.max_doc = b.memory / 64, b.chunk_bytes = b.memory / 256;
+  b.threads = opt.threads > 0 ? opt.threads : tbb::this_task_arena::max_concurrency();
+  b.live = static_cast<size_t>(std::clamp(2 * b.threads, 2, 8));
+  return b;
+}
+
+// Pass 1: every document's split key, counted into the split rule; the tokenizer's training
+// sentences when one is trained.
+SplitRule split_pass(const std::vector<Input>& inputs, ChatTemplate chat, const PrepareOptions& opt, const Budget& b,
+                     uint64_t total_bytes, SentenceSample* sample, PrepareReport& report) {
+  SplitCounts counts;
+  Progress splitting("splitting into train and validation", total_bytes, "B");
+  DocumentStream docs(inputs, chat, opt.skip_bad, b.max_doc);
+  Document d;
+  while (docs.next(&d)) {
+    const double key = split_key(d, opt.seed);
+    counts.add(key, opt.val_fraction);
+    if (sample) sample->add(d.text, key);
+    splitting.set(docs.bytes_read());
+  }
+  report.n_bad_records = docs.n_bad();
+  report.n_docs_cut = docs.n_cut();
+  report.record_forms = describe_forms(docs.record_forms());
+  return split_rule(counts, opt.val_fraction, report.n_bad_records);
+}
+
+// Pass 2: read -> tokenize (every core) -> append, in input order, into the two splits.
+void tokenize_pass(const std::vector<Input>& inputs, ChatTemplate chat, const PrepareOptions& opt, const Budget& b,
+                   uint64_t total_bytes, const SplitRule& rule, const Tokenizer& tok, bool masked, SplitOut& train,
+                   SplitOut& val) {
+  struct Chunk {
+    std::vector<Document> docs;
+    std::vector<char> is_val;
+    std::vector<MaskedTokens> enc;
+    uint64_t bytes_read = 0;  // of the inputs, when the chunk was complete
+  };
+  const int eos_id = tok.eos_id();
+  Progress tokenizing("tokenizing", total_bytes, "B", "tokens");
+  DocumentStream docs(inputs, chat, /*skip_bad=*/true, b.max_doc);  // pass 1 refused what skip_bad does not allow
+  tbb::task_arena arena(b.threads);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        b.live,
+        tbb::make_filter<void, std::shared_ptr<Chunk>>(
+            tbb::filter_mode::serial_in_order,
+            [&](tbb::flow_control& fc) -> std::shared_ptr<Chunk> {
+              auto c = std::make_shared<Chunk>();
+              size_t bytes = 0;
+              Document d;
+              while (bytes < b.chunk_bytes && docs.next(&d)) {
+                bytes += d.text.size();
+                c->is_val.push_back(rule.is_val(split_key(d, opt.seed)));
+                c->docs.push_back(std::move(d));
+                d = Document();
+              }
+              if (c->docs.empty()) {
+                fc.stop();
+                return nullptr;
+              }
+              c->bytes_read = docs.bytes_read();
+              return c;
+            }) &
+            tbb::make_filter<std::shared_ptr<Chunk>, std::shared_ptr<Chunk>>(
+                tbb::filter_mode::parallel,
+                [&](std::shared_ptr<Chunk> c) {
+                  c->enc.resize(c->docs.size());
+                  tbb::parallel_for(size_t{0}, c->docs.size(), [&](size_t i) {
+                    Document& d = c->docs[i];
+                    MaskedTokens& e = c->enc[i];
+                    if (!d.pieces.empty()) {
+                      e = tokenize_chat(d.pieces, tok);
+                    } else {
+                      e.ids = tok.encode(d.text);
+                      e.ids.push_back(eos_id);
+                      if (masked) e.target.assign(e.ids.size(), 1);
+                    }
+                    d = Document();  // the text is no longer needed
+                  });
+                  return c;
+                }) &
+            tbb::make_filter<std::shared_ptr<Chunk>, void>(
+                tbb::filter_mode::serial_in_order, [&](std::shared_ptr<Chunk> c) {
+                  uint64_t n = 0;
+                  for (size_t i = 0; i < c->enc.size(); ++i) {
+                    (c->is_val[i] ? val : train).add(c->enc[i]);
+                    n += c->enc[i].ids.size();
+                  }
+                  tokenizing.add_also(n);
+                  tokenizing.set(c->bytes_read);
+                }));
+  });
+  train.flush();
+  val.flush();
+}
+
+// tokens.h5 in the staging directory from the splits' raw files. A full file system is refused
+// first, before HDF5 writes: a write failing inside HDF5 leaves a file it may crash on when
+// closing. The raw files are deleted as they are copied, so the copy needs the largest of them at
+// most, plus a MiB for metadata.
+void write_tokens_file(const fs::path& dir, const PrepareOptions& opt, const PrepareReport& report, ChatTemplate chat,
+                       const Tokenizer& tok, const fs::path& model_path, const SplitOut& train, const SplitOut& val) {
+  const std::string h5_path = (dir / kTokensFile).string();
+  uint64_t need = 0;
+  for (const SplitOut* s : {&train, &val}) {
+    need = std::max({need, s->tokens.bytes(), s->offsets.bytes(), s->mask ? s->mask->bytes() : 0});
+  }
+  need += uint64_t{1} << 20;
+  struct statvfs sv {};
+  if (::statvfs(dir.c_str(), &sv) == 0 && static_cast<uint64_t>(sv.f_bavail) * static_cast<uint64_t>(sv.f_frsize) < need)
+    user_error("prepare: {}: {} free, writing the dataset needs about {} more (No space left on device)",
+               opt.out_dir, format_bytes(static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize), format_bytes(need));
+  std::string sources;
+  for (const std::string& s : report.sources) sources += (sources.empty() ? "" : "\n") + s;
+  quiet_hdf5();
+  Progress writing(std::string("writing ") + kTokensFile);
+  try {
+    H5::H5File file(h5_path, H5F_ACC_EXCL);
+    write_split(file, Split::kTrain, train);
+    write_split(file, Split::kVal, val);
+    write_attr(file, "format_version", kFormatVersion);
+    write_attr(file, "vocab_size", int64_t{tok.vocab_size()});
+    write_attr(file, "bos_id", int64_t{tok.bos_id()});
+    write_attr(file, "eos_id", int64_t{tok.eos_id()});
+    write_attr(file, "tokenizer", model_path.filename().string());
+    write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path.string(), "tokenizer")));
+    write_attr(file, "val_fraction", opt.val_fraction);
+    write_attr(file, "seed", opt.seed);
+    write_attr(file, "sources", sources);
+    write_attr(file, "unigram_val_loss", report.unigram_val_loss);
+    if (report.instruct) write_attr(file, "chat_template", std::string(chat_template_name(chat)));
+    file.close();
+  } catch (const H5::Exception& e) {
+    rethrow_hdf5(e, h5_path, "cannot write dataset file");
+  }
+}
+
+}  // namespace
+
+PrepareReport prepare_dataset(const PrepareOptions& opt) {
+  const fs::path out = checked_out_dir(opt);
   // A given tokenizer is read (and checked) before anything else: `auto` takes its chat template.
   const std::optional<Tokenizer> given =
       opt.tokenizer_model.empty() ? std::nullopt : std::make_optional(Tokenizer::load(opt.tokenizer_model));
-  ChatTemplate chat = ChatTemplate::kPlain;
-  if (opt.chat_template == "auto") {
-    if (!given)
-      user_error("prepare: --chat-template auto reads the template of the tokenizer's tokenizer_config.json: give "
-                 "--tokenizer (a Hugging Face model directory), or name the template (plain, llama2, llama3, chatml)");
-    const std::string& file = given->chat_template_file();
-    chat = recognize_chat_template(given->chat_template_source(),
-                                   file.empty() ? (fs::path(given->path()).parent_path() / "tokenizer_config.json").string()
-                                                : file);
-  } else {
-    chat = chat_template_from_name(opt.chat_template);
-  }
-  // An interrupted prepare left its temporary directory: say so (it may be large), but leave it to
-  // the user, since a prepare on another machine sharing this file system may still be writing it.
-  {
-    const std::string prefix = out.filename().string() + ".tmp-";
-    const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
-    for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.compare(0, prefix.size(), prefix) != 0) continue;
-      const std::string pid = name.substr(prefix.size());
-      if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH)
-        fmt::print(stderr, "prepare: {} is left from an interrupted prepare (process {} is gone here): remove it\n",
-                   e.path().string(), pid);
-    }
-  }
-
-  // Memory: up to `live` chunks of chunk_bytes of text are in the pipeline at once, each with its
-  // tokens (about as many bytes again) and at most one document of max_doc bytes over: at most
-  // 3/4 of the limit; the tokenizer's sample takes a quarter. The chunks are much smaller than
-  // that bound allows: what is in flight is then small beside the process's fixed memory however
-  // long the run (bigger chunks let the peak creep up with the corpus), and a chunk of 2 MiB
-  // holds thousands of documents, plenty to keep every thread busy. Only the memory limit
-  // decides where documents are cut, so the dataset is the same on every machine.
-  const uint64_t memory = static_cast<uint64_t>(opt.memory_mb) << 20;
-  const size_t max_doc = memory / 64, chunk_bytes = memory / 256;
-  const int threads = opt.threads > 0 ? opt.threads : tbb::this_task_arena::max_concurrency();
-  const size_t live = static_cast<size_t>(std::clamp(2 * threads, 2, 8));
+  const ChatTemplate chat = chosen_template(opt, given);
+  warn_of_leftovers(out);
+  const Budget budget = budget_of(opt);
 
   PrepareReport report;
   report.chat_template = chat_template_name(chat);
@@ -424,26 +571,12 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   }
   report.bytes_read = total_bytes;
 
-  // Pass 1: every document's split key; the tokenizer's training sentences.
   const bool train_tokenizer = opt.tokenizer_model.empty();
-  SentenceSample sample(memory / 4);
-  SplitCounts counts;
-  {
-    Progress splitting("splitting into train and validation", total_bytes, "B");
-    DocumentStream docs(inputs, chat, opt.skip_bad, max_doc);
-    Document d;
-    while (docs.next(&d)) {
-      const double key = split_key(d, opt.seed);
-      counts.add(key, opt.val_fraction);
-      if (train_tokenizer) sample.add(d.text, key);
-      splitting.set(docs.bytes_read());
-    }
-    report.n_bad_records = docs.n_bad();
-    report.n_docs_cut = docs.n_cut();
-    report.record_forms = describe_forms(docs.record_forms());
-  }
-  const SplitRule rule = split_rule(counts, opt.val_fraction, report.n_bad_records);
+  SentenceSample sample(budget.memory / 4);
+  const SplitRule rule =
+      split_pass(inputs, chat, opt, budget, total_bytes, train_tokenizer ? &sample : nullptr, report);
 
+  std::error_code ec;
   fs::create_directories(out.parent_path().empty() ? fs::path(".") : out.parent_path(), ec);
   StagingDir staging(out);
   fs::path model_path = staging.path() / kSpmTokenizerFile;
@@ -463,84 +596,18 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
       train_tokenizer ? std::make_optional(Tokenizer::load(model_path.string())) : std::nullopt;
   const Tokenizer& tok = trained ? *trained : *given;
   const int vocab = tok.vocab_size();
-  const int eos_id = tok.eos_id();
-  if (eos_id < 0) {
+  if (tok.eos_id() < 0) {
     user_error(
         "tokenizer {} has no end-of-sequence piece (expected eos_id >= 0; documents "
         "are separated by EOS)",
         opt.tokenizer_model.empty() ? model_path.string() : given->path());
   }
-  const bool wide = vocab > 65536;
-  const bool masked = report.instruct;
 
-  // Pass 2: read -> tokenize (every core) -> append, in input order.
+  const bool wide = vocab > 65536, masked = report.instruct;
   SplitOut train(staging.path(), Split::kTrain, wide, masked, vocab);
   SplitOut val(staging.path(), Split::kVal, wide, masked, vocab);
-  struct Chunk {
-    std::vector<Document> docs;
-    std::vector<char> is_val;
-    std::vector<MaskedTokens> enc;
-    uint64_t bytes_read = 0;  // of the inputs, when the chunk was complete
-  };
   const auto t0 = std::chrono::steady_clock::now();
-  {
-    Progress tokenizing("tokenizing", total_bytes, "B", "tokens");
-    DocumentStream docs(inputs, chat, /*skip_bad=*/true, max_doc);  // pass 1 refused what skip_bad does not allow
-    tbb::task_arena arena(threads);
-    arena.execute([&] {
-      tbb::parallel_pipeline(
-          live,
-          tbb::make_filter<void, std::shared_ptr<Chunk>>(
-              tbb::filter_mode::serial_in_order,
-              [&](tbb::flow_control& fc) -> std::shared_ptr<Chunk> {
-                auto c = std::make_shared<Chunk>();
-                size_t bytes = 0;
-                Document d;
-                while (bytes < chunk_bytes && docs.next(&d)) {
-                  bytes += d.text.size();
-                  c->is_val.push_back(rule.is_val(split_key(d, opt.seed)));
-                  c->docs.push_back(std::move(d));
-                  d = Document();
-                }
-                if (c->docs.empty()) {
-                  fc.stop();
-                  return nullptr;
-                }
-                c->bytes_read = docs.bytes_read();
-                return c;
-              }) &
-              tbb::make_filter<std::shared_ptr<Chunk>, std::shared_ptr<Chunk>>(
-                  tbb::filter_mode::parallel,
-                  [&](std::shared_ptr<Chunk> c) {
-                    c->enc.resize(c->docs.size());
-                    tbb::parallel_for(size_t{0}, c->docs.size(), [&](size_t i) {
-                      Document& d = c->docs[i];
-                      MaskedTokens& e = c->enc[i];
-                      if (!d.pieces.empty()) {
-                        e = tokenize_chat(d.pieces, tok);
-                      } else {
-                        e.ids = tok.encode(d.text);
-                        e.ids.push_back(eos_id);
-                        if (masked) e.target.assign(e.ids.size(), 1);
-                      }
-                      d = Document();  // the text is no longer needed
-                    });
-                    return c;
-                  }) &
-              tbb::make_filter<std::shared_ptr<Chunk>, void>(
-                  tbb::filter_mode::serial_in_order, [&](std::shared_ptr<Chunk> c) {
-                    uint64_t n = 0;
-                    for (size_t i = 0; i < c->enc.size(); ++i) {
-                      (c->is_val[i] ? val : train).add(c->enc[i]);
-                      n += c->enc[i].ids.size();
-                    }
-                    tokenizing.add_also(n);
-                    tokenizing.set(c->bytes_read);
-                  }));
-    });
-    train.flush();
-    val.flush();
-  }
+  tokenize_pass(inputs, chat, opt, budget, total_bytes, rule, tok, masked, train, val);
   report.tokenize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   report.n_docs_train = static_cast<int64_t>(train.n_docs);
@@ -551,48 +618,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   report.n_targets_train = train.targets;
   report.n_targets_val = val.targets;
   report.unigram_val_loss = unigram_loss(train, val);
-
-  std::string sources;
-  for (const std::string& s : report.sources) sources += (sources.empty() ? "" : "\n") + s;
-
-  const std::string h5_path = (staging.path() / kTokensFile).string();
-  // A full file system is refused here, before HDF5 writes: a write failing inside HDF5 leaves
-  // a file it may crash on when closing. The raw files are deleted as they are copied, so the
-  // copy needs the largest of them at most, plus a MiB for metadata.
-  uint64_t need = 0;
-  for (const SplitOut* s : {&train, &val}) {
-    need = std::max({need, s->tokens.bytes(), s->offsets.bytes(), s->mask ? s->mask->bytes() : 0});
-  }
-  need += uint64_t{1} << 20;
-  struct statvfs sv {};
-  if (::statvfs(staging.path().c_str(), &sv) == 0 &&
-      static_cast<uint64_t>(sv.f_bavail) * static_cast<uint64_t>(sv.f_frsize) < need)
-    user_error("prepare: {}: {} free, writing the dataset needs about {} more (No space left on device)",
-               opt.out_dir, format_bytes(static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize), format_bytes(need));
-  quiet_hdf5();
-  {
-    Progress writing(std::string("writing ") + kTokensFile);
-    try {
-      H5::H5File file(h5_path, H5F_ACC_EXCL);
-      write_split(file, Split::kTrain, train);
-      write_split(file, Split::kVal, val);
-      write_attr(file, "format_version", kFormatVersion);
-      write_attr(file, "vocab_size", int64_t{vocab});
-      write_attr(file, "bos_id", int64_t{tok.bos_id()});
-      write_attr(file, "eos_id", int64_t{eos_id});
-      write_attr(file, "tokenizer", model_path.filename().string());
-      write_attr(file, "tokenizer_xxh64", hex_xxh64(read_file(model_path.string(), "tokenizer")));
-      write_attr(file, "val_fraction", opt.val_fraction);
-      write_attr(file, "seed", opt.seed);
-      write_attr(file, "sources", sources);
-      write_attr(file, "unigram_val_loss", report.unigram_val_loss);
-      if (report.instruct) write_attr(file, "chat_template", std::string(chat_template_name(chat)));
-      file.close();
-    } catch (const H5::Exception& e) {
-      rethrow_hdf5(e, h5_path, "cannot write dataset file");
-    }
-  }
-
+  write_tokens_file(staging.path(), opt, report, chat, tok, model_path, train, val);
   staging.commit(opt.force);
   return report;
 }

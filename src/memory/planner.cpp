@@ -105,73 +105,81 @@ uint64_t MemoryPlan::home_bytes(Tier tier, StateKind k) const {
 
 // ---- Planning ----
 
-MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
-                       const MemoryConfig& mem, int shards, bool fused_attention, int local_ranks,
-                       StreamRates rates) {
-  MemoryPlan plan;
-  plan.shards = std::max(shards, 1);
+namespace {
+
+// What every phase of plan_memory reads: its arguments, the model's blocks and the byte rules of
+// this run's dtype, optimizer and sharding.
+struct PlanInputs {
+  const ModelConfig& model;
+  const BcdConfig& bcd;
+  const TrainConfig& train;
+  const MemoryConfig& mem;
+  bool fused_attention;
+  int local_ranks;
+  StreamRates rates;
+  int shards;
+  std::vector<BlockShape> shapes;
+  bool single = false;           // one unit: the active unit never changes, all of it on compute
+  bool separate_master = false;  // bf16 working weights: an fp32 master beside them
+  bool keep_moments = false;     // moments kept between visits (need a home)
+  uint64_t w = 4;                // working bytes per element
+  uint64_t gw = 4;               // gradient bytes per element: autograd's buffer (+ the fp32 sum in bf16)
+
   // This rank's elements of a unit's (or block's) state: the largest slice (runtime/block_optimizer.h).
-  auto own = [&](int64_t elems) -> uint64_t { return static_cast<uint64_t>(shard_range(elems, 0, plan.shards).len); };
-  const std::vector<BlockShape> shapes = block_shapes(model);
-  plan.units = unit_shapes(model, bcd);
-  plan.params = count_params(model);
-  const bool single = plan.units.size() == 1;  // the active unit never changes: all on compute
-  const uint64_t w = train.dtype == Dtype::kBf16 ? 2 : 4;
-  const bool separate_master = train.dtype != Dtype::kFp32;  // else the working buffer is the master
-  const bool keep_moments = single || bcd.state_on_switch == StateOnSwitch::kKeep;
-  // Gradient bytes per element: autograd's buffer in the working dtype, plus for bf16 the fp32
-  // sum over micro-batches the optimizer reads (model/block.h).
-  const uint64_t gw = separate_master ? w + 4 : w;
-  auto kind = [](StateKind k) { return static_cast<int>(k); };
+  uint64_t own(int64_t elems) const { return static_cast<uint64_t>(shard_range(elems, 0, shards).len); }
+  // A unit's bytes of the kinds that need an off-compute home between visits.
+  uint64_t offloaded(int64_t elems) const {
+    return single ? 0 : own(elems) * 4 * ((separate_master ? 1 : 0) + (keep_moments ? 2 : 0));
+  }
+};
 
-  // Per-unit bytes of the kinds that need an off-compute home between visits.
-  auto offloaded = [&](int64_t elems) -> uint64_t {
-    if (single) return 0;
-    return own(elems) * 4 * ((separate_master ? 1 : 0) + (keep_moments ? 2 : 0));
-  };
+int kind(StateKind k) { return static_cast<int>(k); }
 
-  // Compute tier: all working weights; room for the largest unit's master/m/v (one flat image)
-  // and for the largest unit's gradient buffers; activations of the deepest unit.
+// Compute tier: all working weights; room for the largest unit's master/m/v (one flat image)
+// and for the largest unit's gradient buffers; activations of the deepest unit.
+void plan_compute(const PlanInputs& in, MemoryPlan& plan) {
   uint64_t best = 0, max_state = 0, max_grad = 0;
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const UnitShape& u = plan.units[i];
-    const uint64_t s = own(u.state_elems) * 4 * (separate_master ? 3 : 2) + static_cast<uint64_t>(u.grad_elems) * gw;
+    const uint64_t st = in.own(u.state_elems) * 4;
+    const uint64_t s = st * (in.separate_master ? 3 : 2) + static_cast<uint64_t>(u.grad_elems) * in.gw;
     if (i == 0 || s > best) best = s, plan.largest_unit = static_cast<int>(i);
-    max_state = std::max(max_state, own(u.state_elems) * 4);
-    max_grad = std::max(max_grad, static_cast<uint64_t>(u.grad_elems) * gw);
+    max_state = std::max(max_state, st);
+    max_grad = std::max(max_grad, static_cast<uint64_t>(u.grad_elems) * in.gw);
   }
-  const UnitShape& big = plan.units[plan.largest_unit];
-  for (const auto& s : shapes) plan.compute.by_kind[kind(StateKind::kWorking)] += static_cast<uint64_t>(s.numel) * w;
-  plan.compute.by_kind[kind(StateKind::kWorking)] += rope_table_bytes(model, train.dtype);
-  plan.compute.by_kind[kind(StateKind::kMaster)] = separate_master ? max_state : 0;
+  for (const auto& s : in.shapes) plan.compute.by_kind[kind(StateKind::kWorking)] += static_cast<uint64_t>(s.numel) * in.w;
+  plan.compute.by_kind[kind(StateKind::kWorking)] += rope_table_bytes(in.model, in.train.dtype);
+  plan.compute.by_kind[kind(StateKind::kMaster)] = in.separate_master ? max_state : 0;
   plan.compute.by_kind[kind(StateKind::kAdamM)] = max_state;
   plan.compute.by_kind[kind(StateKind::kAdamV)] = max_state;
   plan.compute.by_kind[kind(StateKind::kGrad)] = max_grad;
-  plan.activations_estimated = mem.activation_bytes.is_auto;
+  plan.activations_estimated = in.mem.activation_bytes.is_auto;
   uint64_t act = 0;
   for (size_t i = 0; i < plan.units.size(); ++i) {
-    const uint64_t a = estimate_activation_bytes(model, train, plan.units[i], fused_attention);
+    const uint64_t a = estimate_activation_bytes(in.model, in.train, plan.units[i], in.fused_attention);
     if (i == 0 || a > act) act = a, plan.deepest_unit = static_cast<int>(i);
   }
-  plan.compute.activations = mem.activation_bytes.is_auto ? act : mem.activation_bytes.value;
-  plan.compute.budget = mem.compute_bytes.is_auto ? meminfo_bytes("MemTotal") : mem.compute_bytes.value;
+  plan.compute.activations = in.mem.activation_bytes.is_auto ? act : in.mem.activation_bytes.value;
+  plan.compute.budget = in.mem.compute_bytes.is_auto ? meminfo_bytes("MemTotal") : in.mem.compute_bytes.value;
+}
 
-  // Streamed weights (memory.stream_weights): "on" streams every decoder layer; "auto" only when
-  // the all-resident compute tier is over budget, and then the fewest bottom layers that make it
-  // fit, keeping the top ones resident (used twice per micro-batch above the active unit).
-  std::vector<std::string> why;
-  const int n_layers = static_cast<int>(model.n_layers);
+// Streamed weights (memory.stream_weights): "on" streams every decoder layer; "auto" only when
+// the all-resident compute tier is over budget, and then the fewest bottom layers that make it
+// fit, keeping the top ones resident (used twice per micro-batch above the active unit).
+void plan_stream(const PlanInputs& in, MemoryPlan& plan, std::vector<std::string>& why) {
+  const int n_layers = static_cast<int>(in.model.n_layers);
   const uint64_t resident_all = plan.compute.by_kind[kind(StateKind::kWorking)];
   const uint64_t others = plan.compute.total() - resident_all;  // state, gradient, activations
-  const int depth = static_cast<int>(mem.stream_depth);
-  auto layout = [&](int n) { return stream_layout(shapes, plan.units, n, w, depth, local_ranks); };
+  const int depth = static_cast<int>(in.mem.stream_depth);
+  auto layout = [&](int n) { return stream_layout(in.shapes, plan.units, n, in.w, depth, in.local_ranks); };
   auto need = [&](const StreamPlan& s) { return resident_all - s.home_bytes + s.window_bytes() + s.active_bytes + others; };
   int n_streamed = 0;
-  if (mem.stream_weights == StreamWeights::kOn) {
+  if (in.mem.stream_weights == StreamWeights::kOn) {
     n_streamed = n_layers;
-  } else if (mem.stream_weights == StreamWeights::kAuto && resident_all + others > plan.compute.budget && n_layers > 0) {
+  } else if (in.mem.stream_weights == StreamWeights::kAuto && resident_all + others > plan.compute.budget &&
+             n_layers > 0) {
     const StreamPlan all = layout(n_layers);
-    if (!model.activation_checkpointing) {
+    if (!in.model.activation_checkpointing) {
       why.push_back("the weights do not fit the compute tier, and streaming frozen layers' weights from host memory "
                     "(memory.stream_weights = auto) needs model.activation_checkpointing = true");
     } else if (need(all) > plan.compute.budget) {
@@ -194,93 +202,98 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     }
   }
   plan.stream = layout(n_streamed);
-  if (plan.stream.on()) {
-    plan.compute.by_kind[kind(StateKind::kWorking)] = need(plan.stream) - others;
-    plan.stream.gbps = mem.stream_gbps > 0 ? mem.stream_gbps : rates.gbps;
-    plan.stream.tflops = mem.stream_tflops > 0 ? mem.stream_tflops : rates.tflops;
-    plan.stream.nvme_gbps = mem.stream_nvme_gbps > 0 ? mem.stream_nvme_gbps : rates.nvme_gbps;
-    if (!model.activation_checkpointing)
-      why.push_back("memory.stream_weights = on streams frozen layers' weights, which needs "
-                    "model.activation_checkpointing = true (backward recomputes each layer with its weights fetched "
-                    "again)");
-  }
+  if (!plan.stream.on()) return;
+  plan.compute.by_kind[kind(StateKind::kWorking)] = need(plan.stream) - others;
+  plan.stream.gbps = in.mem.stream_gbps > 0 ? in.mem.stream_gbps : in.rates.gbps;
+  plan.stream.tflops = in.mem.stream_tflops > 0 ? in.mem.stream_tflops : in.rates.tflops;
+  plan.stream.nvme_gbps = in.mem.stream_nvme_gbps > 0 ? in.mem.stream_nvme_gbps : in.rates.nvme_gbps;
+  if (!in.model.activation_checkpointing)
+    why.push_back("memory.stream_weights = on streams frozen layers' weights, which needs "
+                  "model.activation_checkpointing = true (backward recomputes each layer with its weights fetched "
+                  "again)");
+}
 
-  // Pinned staging pool: prefetch_depth slabs coming in plus one going out, each the largest
-  // unit's image rounded up to 4 KiB (slabs are O_DIRECT buffers).
+// Pinned staging pool: prefetch_depth slabs coming in plus one going out, each the largest
+// unit's image rounded up to 4 KiB (slabs are O_DIRECT buffers). Returns that image's size.
+uint64_t plan_staging(const PlanInputs& in, MemoryPlan& plan) {
   uint64_t unit_off = 0;
-  for (const auto& u : plan.units) unit_off = std::max(unit_off, offloaded(u.state_elems));
+  for (const auto& u : plan.units) unit_off = std::max(unit_off, in.offloaded(u.state_elems));
   unit_off = (unit_off + 4095) / 4096 * 4096;
   plan.pinned.staging =
-      unit_off > 0 ? saturated_bytes((static_cast<double>(mem.prefetch_depth) + 1) * static_cast<double>(unit_off)) : 0;
-  const uint64_t host_all = mem.host_bytes.is_auto ? meminfo_bytes("MemAvailable") : mem.host_bytes.value;
+      unit_off > 0 ? saturated_bytes((static_cast<double>(in.mem.prefetch_depth) + 1) * static_cast<double>(unit_off)) : 0;
+  return unit_off;
+}
 
-  // Streamed weights' homes (memory.stream_home): host memory first, one copy per machine, for the
-  // top streamed layers (the most used); what does not fit goes to the NVMe tier, each rank its own
-  // copy, read through depth + 1 pinned buffers (one per window buffer, one for switches and
-  // checkpoints). The stream model then runs at the homes' rates.
-  if (plan.stream.on()) {
-    StreamPlan& s = plan.stream;
-    const uint64_t sharers = static_cast<uint64_t>(s.sharers);
-    auto share = [&](uint64_t b) { return (b + sharers - 1) / sharers; };
-    const uint64_t stage = static_cast<uint64_t>(s.depth + 1) * ((s.slot_bytes + 4095) / 4096 * 4096);
-    const uint64_t pinned_units = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
-    const uint64_t avail_all = host_all > pinned_units ? host_all - pinned_units : 0;
-    if (mem.stream_home == Home::kNvme || (mem.stream_home == Home::kAuto && share(s.home_bytes) > avail_all)) {
-      const uint64_t avail = mem.stream_home == Home::kNvme                ? 0
-                             : !mem.pinned_bytes.is_auto              ? avail_all
-                             : avail_all > stage                      ? avail_all - stage
-                                                                      : 0;
-      uint64_t host = 0;
-      for (int b = n_layers; b >= 1; --b) {
-        if (!s.streamed[b]) continue;
-        const uint64_t bytes = static_cast<uint64_t>(shapes[b].numel) * w;
-        if (mem.stream_home == Home::kAuto && share(host + bytes) <= avail) {
-          host += bytes;
-        } else {
-          s.home[b] = Tier::kNvme;
-          s.nvme_bytes += bytes;
-        }
+// Streamed weights' homes (memory.stream_home): host memory first, one copy per machine, for the
+// top streamed layers (the most used); what does not fit goes to the NVMe tier, each rank its own
+// copy, read through depth + 1 pinned buffers (one per window buffer, one for switches and
+// checkpoints). The stream model then runs at the homes' rates.
+void plan_stream_homes(const PlanInputs& in, MemoryPlan& plan, uint64_t host_all) {
+  if (!plan.stream.on()) return;
+  const MemoryConfig& mem = in.mem;
+  StreamPlan& s = plan.stream;
+  const uint64_t sharers = static_cast<uint64_t>(s.sharers);
+  auto share = [&](uint64_t b) { return (b + sharers - 1) / sharers; };
+  const uint64_t stage = static_cast<uint64_t>(s.depth + 1) * ((s.slot_bytes + 4095) / 4096 * 4096);
+  const uint64_t pinned_units = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
+  const uint64_t avail_all = host_all > pinned_units ? host_all - pinned_units : 0;
+  if (mem.stream_home == Home::kNvme || (mem.stream_home == Home::kAuto && share(s.home_bytes) > avail_all)) {
+    const uint64_t avail = mem.stream_home == Home::kNvme ? 0
+                           : !mem.pinned_bytes.is_auto     ? avail_all
+                           : avail_all > stage             ? avail_all - stage
+                                                           : 0;
+    uint64_t host = 0;
+    for (int b = static_cast<int>(in.model.n_layers); b >= 1; --b) {
+      if (!s.streamed[b]) continue;
+      const uint64_t bytes = static_cast<uint64_t>(in.shapes[b].numel) * in.w;
+      if (mem.stream_home == Home::kAuto && share(host + bytes) <= avail) {
+        host += bytes;
+      } else {
+        s.home[b] = Tier::kNvme;
+        s.nvme_bytes += bytes;
       }
-      if (s.nvme_bytes > 0) s.staging_bytes = stage, plan.pinned.staging += stage;
     }
-    plan.host.by_kind[kind(StateKind::kWorking)] = share(s.host_bytes());
-    plan.nvme.by_kind[kind(StateKind::kWorking)] = s.nvme_bytes;
-    model_stream(s, shapes, plan.units, model, train, w);
+    if (s.nvme_bytes > 0) s.staging_bytes = stage, plan.pinned.staging += stage;
   }
-  plan.pinned.budget = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
+  plan.host.by_kind[kind(StateKind::kWorking)] = share(s.host_bytes());
+  plan.nvme.by_kind[kind(StateKind::kWorking)] = s.nvme_bytes;
+  model_stream(s, in.shapes, plan.units, in.model, in.train, in.w);
+}
 
-  // Homes: first fit by unit in host memory (a unit moves as one I/O), the rest on NVMe;
-  // memory.home = "host" or "nvme" places every unit there.
-  plan.host.budget = host_all > plan.pinned.budget ? host_all - plan.pinned.budget : 0;
-  plan.nvme.unlimited = true;
-  // The streamed weights come first (read every step); units' homes get what is left.
+// Units' homes: first fit by unit in host memory (a unit moves as one I/O), the rest on NVMe;
+// memory.home = "host" or "nvme" places every unit there. The streamed weights come first (read
+// every step); units get what is left of host memory, which this returns.
+uint64_t plan_unit_homes(const PlanInputs& in, MemoryPlan& plan) {
   const uint64_t host_weights = plan.host.by_kind[kind(StateKind::kWorking)];
   const uint64_t host_units = plan.host.budget > host_weights ? plan.host.budget - host_weights : 0;
   uint64_t host_used = 0;
-  std::vector<int> block_unit(shapes.size(), -1);  // a unit training (part of) each block
-  for (size_t i = 0; i < plan.units.size(); ++i) {
-    const UnitShape& u = plan.units[i];
-    const uint64_t bytes = offloaded(u.state_elems);
+  for (const UnitShape& u : plan.units) {
+    const uint64_t bytes = in.offloaded(u.state_elems);
     Tier home = Tier::kPinned;
-    if (mem.home == Home::kNvme) home = Tier::kNvme;
-    else if (mem.home == Home::kAuto && host_used + bytes > host_units) home = Tier::kNvme;
+    if (in.mem.home == Home::kNvme) home = Tier::kNvme;
+    else if (in.mem.home == Home::kAuto && host_used + bytes > host_units) home = Tier::kNvme;
     if (bytes > 0 && home == Tier::kPinned) host_used += bytes;
     plan.unit_home.push_back(home);
-    const uint64_t st = own(u.state_elems) * 4;
+    const uint64_t st = in.own(u.state_elems) * 4;
     TierUsage& t = home == Tier::kPinned ? plan.host : plan.nvme;
-    if (!single) {
-      if (separate_master) t.by_kind[kind(StateKind::kMaster)] += st;
-      if (keep_moments) t.by_kind[kind(StateKind::kAdamM)] += st, t.by_kind[kind(StateKind::kAdamV)] += st;
+    if (!in.single) {
+      if (in.separate_master) t.by_kind[kind(StateKind::kMaster)] += st;
+      if (in.keep_moments) t.by_kind[kind(StateKind::kAdamM)] += st, t.by_kind[kind(StateKind::kAdamV)] += st;
     }
-    for (const auto& piece : u.pieces) block_unit[piece.block] = static_cast<int>(i);
   }
+  return host_units;
+}
 
-  // Per block: the same placements, for the report (a block split into attn/mlp units or vocabulary
-  // slices shows the home of its last unit and the gradient of its largest; the tier totals above
-  // are exact either way).
+// Per block: the same placements, for the report (a block split into attn/mlp units or vocabulary
+// slices shows the home of its last unit and the gradient of its largest; the tier totals are
+// exact either way).
+void plan_blocks(const PlanInputs& in, MemoryPlan& plan) {
+  const std::vector<BlockShape>& shapes = in.shapes;
+  std::vector<int> block_unit(shapes.size(), -1);  // a unit training (part of) each block
   std::vector<int64_t> trained(shapes.size(), 0), grads(shapes.size(), 0);
-  for (const auto& u : plan.units)
-    for (const auto& p : u.pieces) {
+  for (size_t i = 0; i < plan.units.size(); ++i)
+    for (const auto& p : plan.units[i].pieces) {
+      block_unit[p.block] = static_cast<int>(i);
       for (const auto& s : shapes[p.block].segments)
         if (p.part.empty() || s.part == p.part)
           trained[p.block] += std::max<int64_t>(0, std::min(s.end, p.end) - std::max(s.begin, p.begin));
@@ -291,21 +304,33 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     bp.name = shapes[b].name;
     bp.params = shapes[b].params;
     bp.numel = shapes[b].numel;
-    bp.state[kind(StateKind::kWorking)] = {static_cast<uint64_t>(shapes[b].numel) * w, true,
+    bp.state[kind(StateKind::kWorking)] = {static_cast<uint64_t>(shapes[b].numel) * in.w, true,
                                            plan.stream.streamed[b] ? plan.stream.home[b] : Tier::kCompute};
-    const uint64_t st = own(trained[b]) * 4;
+    const uint64_t st = in.own(trained[b]) * 4;
     if (trained[b] > 0) {
-      const Tier home = single ? Tier::kCompute : plan.unit_home[block_unit[b]];
-      bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(grads[b]) * gw, single, Tier::kCompute};
-      if (separate_master) bp.state[kind(StateKind::kMaster)] = {st, true, home};
-      bp.state[kind(StateKind::kAdamM)] = {st, keep_moments, home};
-      bp.state[kind(StateKind::kAdamV)] = {st, keep_moments, home};
+      const Tier home = in.single ? Tier::kCompute : plan.unit_home[block_unit[b]];
+      bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(grads[b]) * in.gw, in.single, Tier::kCompute};
+      if (in.separate_master) bp.state[kind(StateKind::kMaster)] = {st, true, home};
+      bp.state[kind(StateKind::kAdamM)] = {st, in.keep_moments, home};
+      bp.state[kind(StateKind::kAdamV)] = {st, in.keep_moments, home};
     }
     plan.blocks.push_back(bp);
   }
+}
 
-  // ---- Verdict ----
+// What the verdict weighs beyond the plan itself.
+struct VerdictFacts {
+  uint64_t host_all = 0;    // memory.host_bytes (or MemAvailable)
+  uint64_t host_units = 0;  // host memory left for units' homes
+  uint64_t unit_off = 0;    // one staging slab
+};
+
+// ---- Verdict: every reason the plan does not fit, after the ones found while planning ----
+void plan_verdict(const PlanInputs& in, MemoryPlan& plan, const VerdictFacts& f, std::vector<std::string>& why) {
+  const MemoryConfig& mem = in.mem;
+  const TrainConfig& train = in.train;
   const StreamPlan& sp = plan.stream;
+  const uint64_t host_weights = plan.host.by_kind[kind(StateKind::kWorking)];
   if (plan.compute.total() > plan.compute.budget) {
     const uint64_t working = plan.compute.by_kind[kind(StateKind::kWorking)];
     const uint64_t state = plan.compute.total() - plan.compute.activations - working;
@@ -317,7 +342,8 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
     why.insert(why.begin(), fmt::format(
         "compute tier needs {} (working weights {}{} + active unit '{}' master/m/v/grad {} + activations {} ({})) "
         "but memory.compute_bytes is {}",
-        gib(plan.compute.total()), gib(working), streamed, big.name, gib(state), gib(plan.compute.activations),
+        gib(plan.compute.total()), gib(working), streamed, plan.units[plan.largest_unit].name, gib(state),
+        gib(plan.compute.activations),
         mem.activation_bytes.is_auto
             ? fmt::format("estimated for train.batch_size {} x train.seq_len {}", train.batch_size, train.seq_len)
             : "memory.activation_bytes",
@@ -329,7 +355,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
                               gib(host_weights), gib(sp.host_bytes()), sp.sharers, gib(plan.host.budget)));
   if (plan.pinned.staging > plan.pinned.budget)
     why.push_back(fmt::format("pinned staging pool needs {} ({} units of master+moments of {}{}) but memory.pinned_bytes is {}",
-                              gib(plan.pinned.staging), mem.prefetch_depth + 1, gib(unit_off),
+                              gib(plan.pinned.staging), mem.prefetch_depth + 1, gib(f.unit_off),
                               sp.staging_bytes > 0 ? fmt::format(", and {} to read NVMe-homed layers' weights through",
                                                                  gib(sp.staging_bytes))
                                                    : "",
@@ -339,22 +365,22 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
                               "memory.nvme_paths is empty",
                               gib(sp.nvme_bytes), name_of(mem.stream_home),
                               mem.stream_home == Home::kAuto ? ": they do not fit host memory" : ""));
-  if (plan.pinned.budget > host_all)
+  if (plan.pinned.budget > f.host_all)
     why.push_back(fmt::format("memory.pinned_bytes {}{} exceeds memory.host_bytes {}", gib(plan.pinned.budget),
                               mem.pinned_bytes.is_auto
                                   ? fmt::format(" (auto: memory.prefetch_depth + 1 = {} units)", mem.prefetch_depth + 1)
                                   : "",
-                              gib(host_all)));
+                              gib(f.host_all)));
   const std::string after_weights =
       host_weights > 0 ? fmt::format(", less {} for the streamed weights", gib(host_weights)) : "";
   if (mem.home == Home::kHost && plan.host.total() > plan.host.budget && host_weights <= plan.host.budget)
     why.push_back(fmt::format("memory.home = \"host\": master/moments need {} of host memory but {} is left for "
                               "resident copies (memory.host_bytes minus the pinned pool{})",
-                              gib(plan.host.total() - host_weights), gib(host_units), after_weights));
+                              gib(plan.host.total() - host_weights), gib(f.host_units), after_weights));
   if (plan.nvme.total() - sp.nvme_bytes > 0 && mem.nvme_paths.empty())
     why.push_back(fmt::format("{} of master/moments do not fit host memory ({} for resident copies: memory.host_bytes "
                               "minus the pinned pool{}) and memory.nvme_paths is empty",
-                              gib(plan.nvme.total() - sp.nvme_bytes), gib(host_units), after_weights));
+                              gib(plan.nvme.total() - sp.nvme_bytes), gib(f.host_units), after_weights));
   if (sp.on() && !sp.keeps_up && !mem.accept_slow_stream) {
     const UnitShape& slow = plan.units[sp.slowest_unit];
     why.push_back(fmt::format(
@@ -370,6 +396,37 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   }
   plan.fits = why.empty();
   for (size_t i = 0; i < why.size(); ++i) plan.why_not += (i ? "; " : "") + why[i];
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
+                       const MemoryConfig& mem, int shards, bool fused_attention, int local_ranks,
+                       StreamRates rates) {
+  MemoryPlan plan;
+  plan.shards = std::max(shards, 1);
+  PlanInputs in{model, bcd, train, mem, fused_attention, local_ranks, rates, plan.shards, block_shapes(model)};
+  plan.units = unit_shapes(model, bcd);
+  plan.params = count_params(model);
+  in.single = plan.units.size() == 1;
+  in.w = train.dtype == Dtype::kBf16 ? 2 : 4;
+  in.separate_master = train.dtype != Dtype::kFp32;  // else the working buffer is the master
+  in.keep_moments = in.single || bcd.state_on_switch == StateOnSwitch::kKeep;
+  in.gw = in.separate_master ? in.w + 4 : in.w;  // model/block.h: the fp32 sum over micro-batches in bf16
+
+  std::vector<std::string> why;
+  plan_compute(in, plan);
+  plan_stream(in, plan, why);
+  VerdictFacts facts;
+  facts.unit_off = plan_staging(in, plan);
+  facts.host_all = mem.host_bytes.is_auto ? meminfo_bytes("MemAvailable") : mem.host_bytes.value;
+  plan_stream_homes(in, plan, facts.host_all);
+  plan.pinned.budget = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
+  plan.host.budget = facts.host_all > plan.pinned.budget ? facts.host_all - plan.pinned.budget : 0;
+  plan.nvme.unlimited = true;
+  facts.host_units = plan_unit_homes(in, plan);
+  plan_blocks(in, plan);
+  plan_verdict(in, plan, facts, why);
   return plan;
 }
 

@@ -148,6 +148,39 @@ std::string save_checkpoint(RunSetup& run, int64_t step) {
   return path;
 }
 
+namespace {
+
+// The data loader's position (of `more` mixed datasets beyond the first) in checkpoint `ck`.
+LoaderState read_loader_state(const CheckpointReader& ck, const std::string& path, size_t more) {
+  const std::string loader = rank_group(0) + "/loader";
+  LoaderState ls;
+  ls.epoch = static_cast<uint64_t>(ck.attr_int(loader, "epoch"));
+  ls.cursor = static_cast<uint64_t>(ck.attr_int(loader, "cursor"));
+  ls.more.resize(more);
+  if (!ls.more.empty()) {
+    if (!ck.has_attr(loader, "drawn"))
+      user_error("{}: {} holds one dataset's position, but this run mixes {} datasets ([data] paths); resume it "
+                 "with the data it was saved with",
+                 path, loader, ls.more.size() + 1);
+    ls.drawn = static_cast<uint64_t>(ck.attr_int(loader, "drawn"));
+    for (size_t i = 0; i < ls.more.size(); ++i) {
+      const std::string e = fmt::format("epoch_{}", i + 1), c = fmt::format("cursor_{}", i + 1);
+      if (!ck.has_attr(loader, e) || !ck.has_attr(loader, c))
+        user_error("{}: {} holds the positions of fewer datasets than the {} this run mixes ([data] paths)", path,
+                   loader, ls.more.size() + 1);
+      ls.more[i] = SourcePosition{static_cast<uint64_t>(ck.attr_int(loader, e)),
+                                  static_cast<uint64_t>(ck.attr_int(loader, c))};
+    }
+  } else if (ck.has_attr(loader, "drawn")) {
+    user_error("{}: {} holds a mixture of datasets' positions, but this run reads one dataset ([data] path); "
+               "resume it with the data it was saved with",
+               path, loader);
+  }
+  return ls;
+}
+
+}  // namespace
+
 int64_t read_train_state(RunSetup& run, const std::string& path) {
   CheckpointReader ck(path);
   if (ck.has_attr("/", "shard_of"))
@@ -177,31 +210,7 @@ int64_t read_train_state(RunSetup& run, const std::string& path) {
   if (active != run.sched.current())
     user_error("{}: /scheduler: active unit {} does not match the schedule's ({}); was the [bcd] config changed?",
                path, active, run.sched.current());
-  const std::string loader = rank_group(0) + "/loader";
-  LoaderState ls;
-  ls.epoch = static_cast<uint64_t>(ck.attr_int(loader, "epoch"));
-  ls.cursor = static_cast<uint64_t>(ck.attr_int(loader, "cursor"));
-  ls.more.resize(run.train_loader.state().more.size());
-  if (!ls.more.empty()) {
-    if (!ck.has_attr(loader, "drawn"))
-      user_error("{}: {} holds one dataset's position, but this run mixes {} datasets ([data] paths); resume it "
-                 "with the data it was saved with",
-                 path, loader, ls.more.size() + 1);
-    ls.drawn = static_cast<uint64_t>(ck.attr_int(loader, "drawn"));
-    for (size_t i = 0; i < ls.more.size(); ++i) {
-      const std::string e = fmt::format("epoch_{}", i + 1), c = fmt::format("cursor_{}", i + 1);
-      if (!ck.has_attr(loader, e) || !ck.has_attr(loader, c))
-        user_error("{}: {} holds the positions of fewer datasets than the {} this run mixes ([data] paths)", path,
-                   loader, ls.more.size() + 1);
-      ls.more[i] = SourcePosition{static_cast<uint64_t>(ck.attr_int(loader, e)),
-                                  static_cast<uint64_t>(ck.attr_int(loader, c))};
-    }
-  } else if (ck.has_attr(loader, "drawn")) {
-    user_error("{}: {} holds a mixture of datasets' positions, but this run reads one dataset ([data] path); "
-               "resume it with the data it was saved with",
-               path, loader);
-  }
-  run.train_loader.restore(ls);
+  run.train_loader.restore(read_loader_state(ck, path, run.train_loader.state().more.size()));
 
   // The optimizer state: whole units in this file (/rank0/optimizer), or rank k of n's slice in
   // its slice file (/rank<k>/optimizer). Each unit's state of this run's slice is cut from the
