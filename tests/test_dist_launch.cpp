@@ -12,6 +12,7 @@
 
 #include "base/config.h"
 #include "base/error.h"
+#include "cli/launch_args.h"
 #include "runtime/launcher.h"
 #include "runtime/process_group.h"
 #include "runtime/run_identity.h"
@@ -24,6 +25,7 @@ namespace {
 
 using namespace disttest;
 using test::error_of;
+using cli::parse_launch_args;
 
 // ---- Where ranks come from ----
 
@@ -136,6 +138,9 @@ TEST(Launch, WithoutNprocTheConfigsDistNprocIsTaken) {
   EXPECT_EQ(a.nproc, 3);
   parse_launch_args({"train", "--config=" + cfg, "--dist.nproc=2"}, b);
   EXPECT_EQ(b.nproc, 2);
+  LaunchOptions spaced;  // an override as every command takes it: "--section.key value" too
+  parse_launch_args({"train", "--config", cfg, "--dist.nproc", "2"}, spaced);
+  EXPECT_EQ(spaced.nproc, 2);
   parse_launch_args({"--nproc", "1", "train", "--config", cfg}, c);
   EXPECT_EQ(c.nproc, 1);
   parse_launch_args({"train", "--resume", dir.path()}, d);

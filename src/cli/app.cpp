@@ -29,31 +29,12 @@ namespace {
 using namespace bcd;
 using namespace bcd::cli;
 
-// "--section.key=value" and "--section.key value" are config overrides; the rest goes to CLI11.
-void split_overrides(int argc, char** argv, std::vector<std::string>& rest,
-                     std::vector<std::string>& overrides) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    const auto eq = a.find('=');
-    const auto dot = a.find('.');
-    const bool is_override = a.rfind("--", 0) == 0 && dot != std::string::npos && (eq == std::string::npos || dot < eq);
-    if (!is_override) {
-      rest.push_back(a);
-    } else if (eq != std::string::npos) {
-      overrides.push_back(a);
-    } else {
-      if (i + 1 >= argc) user_error("override {}: missing value (expected {}=VALUE)", a, a);
-      overrides.push_back(a + "=" + argv[++i]);
-    }
-  }
-}
-
 int run(int argc, char** argv) {
   // launch: its own options, then a whole bcdtrain command line for every rank, untouched.
   if (argc > 1 && std::string(argv[1]) == "launch") return run_launch(argc, argv);
   std::vector<std::string> rest;
   Overrides overrides;
-  split_overrides(argc, argv, rest, overrides);
+  split_overrides(std::vector<std::string>(argv + 1, argv + argc), rest, overrides);
 
   CLI::App app{"bcdtrain: full-parameter LLM training by block coordinate descent"};
   app.require_subcommand(1);

@@ -230,4 +230,22 @@ std::string parse_error_message(CLI::App& app, const CLI::ParseError& e) {
   return name + ":" + msg.substr(name.size());
 }
 
+void split_overrides(const std::vector<std::string>& words, std::vector<std::string>& rest,
+                     std::vector<std::string>& overrides) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& a = words[i];
+    const auto eq = a.find('=');
+    const auto dot = a.find('.');
+    const bool is_override = a.rfind("--", 0) == 0 && dot != std::string::npos && (eq == std::string::npos || dot < eq);
+    if (!is_override) {
+      rest.push_back(a);
+    } else if (eq != std::string::npos) {
+      overrides.push_back(a);
+    } else {
+      if (i + 1 >= words.size()) user_error("override {}: missing value (expected {}=VALUE)", a, a);
+      overrides.push_back(a + "=" + words[++i]);
+    }
+  }
+}
+
 }  // namespace bcd::cli

@@ -12,8 +12,15 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace bcd::cli {
+
+// Command-line words split into config overrides and the rest, in order: "--section.key=value" and
+// "--section.key value" are overrides (written back as "--section.key=value"); UserError for one
+// without a value. The one reader of overrides: the app's commands, and launch's rank command.
+void split_overrides(const std::vector<std::string>& words, std::vector<std::string>& rest,
+                     std::vector<std::string>& overrides);
 
 // A decimal integer in [lo, hi] (no sign for unsigned types, no 0x, 1e3 or 2.0); "a positive
 // integer" or "an integer >= 0" where hi is the type's maximum, else "an integer from lo to hi".

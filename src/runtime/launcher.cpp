@@ -25,6 +25,7 @@
 #include "base/bytes.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "base/files.h"
 
 namespace bcd {
 
@@ -33,27 +34,19 @@ namespace {
 std::atomic<int> g_forward_signal{0};
 extern "C" void on_launcher_signal(int sig) { g_forward_signal.store(sig); }
 
-int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
-  const std::optional<int64_t> v = parse_count(text);
-  if (!v || *v < lo || *v > hi) user_error("{}: expected an integer from {} to {}, got {}", flag, lo, hi, text.empty() ? "\"\"" : text);
-  return static_cast<int>(*v);
-}
 
 // A port nobody listens on now (bound and released: the store binds it again moments later).
 int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) user_error("launch: cannot open a socket to find a free port: {}", std::strerror(errno));
+  const UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  if (!fd) user_error("launch: cannot open a socket to find a free port: {}", std::strerror(errno));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = 0;
   socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
     user_error("launch: cannot find a free port: {}", std::strerror(errno));
-  }
-  ::close(fd);
   return ntohs(a.sin_port);
 }
 
@@ -61,17 +54,17 @@ int free_port() {
 // them all, with SO_REUSEADDR): refused here, before any rank starts, when something listens
 // there already. A rank that failed on it would say so among the others' lines.
 void check_port_free(const std::string& addr, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return;  // the rank finds out and says why
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  if (!fd) return;  // the rank finds out and says why
   const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_ANY);
   a.sin_port = htons(static_cast<uint16_t>(port));
-  const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  const int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a));
   const int err = errno;
-  ::close(fd);
+  fd.reset();
   if (rc == 0) return;
   if (err == EADDRINUSE)
     user_error("launch: --master-port {}: port {} is in use on this host (another run's rendezvous, or another "
@@ -107,21 +100,6 @@ struct Rank {
   int status = 0;
 };
 
-// The config of the command's --config FILE and --section.key=value overrides; none without
-// either (a resume: its config is in the checkpoint).
-std::optional<Config> command_config(const std::vector<std::string>& command) {
-  std::string file;
-  std::vector<std::string> overrides;
-  for (size_t k = 1; k < command.size(); ++k) {
-    const std::string& a = command[k];
-    if (a == "--config" && k + 1 < command.size()) file = command[++k];
-    else if (a.rfind("--config=", 0) == 0) file = a.substr(9);
-    else if (a.rfind("--", 0) == 0 && a.find('.') < a.find('=') && a.find('=') != std::string::npos) overrides.push_back(a);
-  }
-  if (file.empty() && overrides.empty()) return std::nullopt;
-  return load_config(file, overrides);
-}
-
 // GPUs this process may use, without initialising CUDA before the fork: CUDA_VISIBLE_DEVICES'
 // entries when it is set, else the driver's list.
 int visible_gpus() {
@@ -144,48 +122,7 @@ int visible_gpus() {
 
 }  // namespace
 
-std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt) {
-  size_t i = 0;
-  auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= args.size()) user_error("{}: expected a value, got none (launch {} VALUE ... train ...)", flag, flag);
-    return args[++i];
-  };
-  bool nproc_given = false;
-  for (; i < args.size(); ++i) {
-    std::string a = args[i], v;
-    const auto eq = a.find('=');
-    const bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) v = a.substr(eq + 1), a = a.substr(0, eq);
-    auto get = [&]() { return inline_value ? v : value(a); };
-    if (a == "--") {
-      ++i;
-      break;
-    } else if (a == "--nproc" || a == "--nproc-per-node" || a == "--nproc_per_node") {
-      opt.nproc = parse_int(a, get(), 1, 1024);
-      nproc_given = true;
-    } else if (a == "--nnodes") {
-      opt.nnodes = parse_int(a, get(), 1, 65536);
-    } else if (a == "--node-rank" || a == "--node_rank") {
-      opt.node_rank = parse_int(a, get(), 0, 65535);
-    } else if (a == "--master-addr" || a == "--master_addr") {
-      opt.master_addr = get();
-    } else if (a == "--master-port" || a == "--master_port") {
-      opt.master_port = parse_int(a, get(), 1, 65535);
-    } else if (a == "--grace") {
-      opt.grace_s = parse_int(a, get(), 0, 86400);
-    } else if (a == "--oversubscribe") {
-      if (inline_value) user_error("--oversubscribe: expected no value, got {}", v);
-      opt.oversubscribe = true;
-    } else {
-      break;
-    }
-  }
-  std::vector<std::string> command(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  if (command.empty()) user_error("launch: no command to run (e.g. bcdtrain launch --nproc 2 train --config FILE)");
-  if (command[0] != "train")
-    user_error("launch: runs `train` on every rank; `{}` is meant to run once: run `bcdtrain {}` without launch",
-               command[0], command[0]);
-  const std::optional<Config> cfg = command_config(command);
+void check_launch(LaunchOptions& opt, const Config* cfg, bool nproc_given) {
   if (!nproc_given) opt.nproc = cfg ? static_cast<int>(cfg->dist.nproc) : 1;
   // More ranks than cores (or GPUs) only slow each other down, and a mistyped --nproc 1000
   // would take the machine for minutes: refused unless asked for.
@@ -202,7 +139,6 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
     user_error("launch: --node-rank {} is outside --nnodes {}", opt.node_rank, opt.nnodes);
   if (opt.nnodes > 1 && opt.master_port == 0)
     user_error("launch: with --nnodes {} every node needs the same --master-addr and --master-port", opt.nnodes);
-  return command;
 }
 
 namespace {
@@ -226,32 +162,52 @@ void pause_unless_signalled(int ms) {
 
 }  // namespace
 
-int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& command) {
+namespace {
+
+// In the forked child: the rank's process group, signals and environment, then the command.
+[[noreturn]] void exec_rank(const std::string& exe, const std::vector<std::string>& command, const LaunchOptions& opt,
+                            int rank, int local, int world, int port, pid_t launcher, const sigset_t& old_mask) {
+  ::setpgid(0, 0);  // signals reach the rank through the launcher only
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // and a launcher that dies takes its ranks along
+  if (::getppid() != launcher) ::_exit(128 + SIGTERM);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a signal held since the fork stops the rank now
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(opt.nproc).c_str(), 1);
+  ::setenv("MASTER_ADDR", opt.master_addr.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(exe.c_str(), argv.data());
+  std::fprintf(stderr, "bcdtrain launch: exec %s: %s\n", exe.c_str(), std::strerror(errno));
+  ::_exit(127);
+}
+
+// Forks this node's ranks. SIGINT/SIGTERM are held while a rank is forked: one forwarded to the
+// child before it resets its handlers would run the launcher's handler there and be lost (the
+// rank would start). Held, it reaches the child once its default action is back (the rank
+// stops), and one for the launcher reaches it after the fork (it then starts no more ranks: the
+// signal is returned in *interrupted_by).
+std::vector<Rank> start_ranks(const LaunchOptions& opt, const std::vector<std::string>& command, int port,
+                              int* interrupted_by) {
   const std::string exe = self_exe();
-  if (opt.master_port > 0 && opt.node_rank == 0) check_port_free(opt.master_addr, opt.master_port);
-  const int port = opt.master_port > 0 ? opt.master_port : free_port();
   const int world = opt.nnodes * opt.nproc;
   const int delay_ms = spawn_delay_ms();
-
-  g_forward_signal.store(0);
-  auto old_int = std::signal(SIGINT, on_launcher_signal);
-  auto old_term = std::signal(SIGTERM, on_launcher_signal);
-
-  // SIGINT/SIGTERM are held while a rank is forked: one forwarded to the child before it resets
-  // its handlers would run the launcher's handler there and be lost (the rank would start).
-  // Held, it reaches the child once its default action is back (the rank stops), and one for the
-  // launcher reaches it after the fork (it then starts no more ranks).
   sigset_t stop_signals, old_mask;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-
   const pid_t launcher = ::getpid();
   std::vector<Rank> ranks;
   ranks.reserve(static_cast<size_t>(opt.nproc));
-  int interrupted_by = 0;  // a signal that came while ranks were being started
+  *interrupted_by = 0;
   for (int local = 0; local < opt.nproc; ++local) {
-    if ((interrupted_by = g_forward_signal.load()) != 0) break;
+    if ((*interrupted_by = g_forward_signal.load()) != 0) break;
     Rank& r = ranks.emplace_back();
     r.rank = opt.node_rank * opt.nproc + local;
     ::sigprocmask(SIG_BLOCK, &stop_signals, &old_mask);
@@ -264,34 +220,18 @@ int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& comma
       user_error("launch: fork failed after starting {} of {} ranks (they were stopped): {}", ranks.size(), opt.nproc,
                  std::strerror(err));
     }
-    if (pid == 0) {
-      ::setpgid(0, 0);  // signals reach the rank through the launcher only
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // and a launcher that dies takes its ranks along
-      if (::getppid() != launcher) ::_exit(128 + SIGTERM);
-      std::signal(SIGINT, SIG_DFL);
-      std::signal(SIGTERM, SIG_DFL);
-      ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a signal held since the fork stops the rank now
-      ::setenv("RANK", std::to_string(r.rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(opt.nproc).c_str(), 1);
-      ::setenv("MASTER_ADDR", opt.master_addr.c_str(), 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(exe.c_str()));
-      for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(exe.c_str(), argv.data());
-      std::fprintf(stderr, "bcdtrain launch: exec %s: %s\n", exe.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
+    if (pid == 0) exec_rank(exe, command, opt, r.rank, local, world, port, launcher, old_mask);
     r.pid = pid;
     r.running = true;
     ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     if (delay_ms > 0 && local + 1 < opt.nproc) pause_unless_signalled(delay_ms);
   }
+  return ranks;
+}
 
-  // Watch the ranks: forward signals; the first failure stops the others.
+// Watches the ranks to their end: forwards signals; the first failure stops the others (SIGTERM,
+// then SIGKILL after grace_s). Returns the launch's exit code.
+int watch_ranks(const LaunchOptions& opt, std::vector<Rank>& ranks, int interrupted_by) {
   using Clock = std::chrono::steady_clock;
   int result = 0;
   bool failed = false, forwarded = false;
@@ -352,6 +292,20 @@ int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& comma
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return result;
+}
+
+}  // namespace
+
+int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& command) {
+  if (opt.master_port > 0 && opt.node_rank == 0) check_port_free(opt.master_addr, opt.master_port);
+  const int port = opt.master_port > 0 ? opt.master_port : free_port();
+  g_forward_signal.store(0);
+  auto old_int = std::signal(SIGINT, on_launcher_signal);
+  auto old_term = std::signal(SIGTERM, on_launcher_signal);
+  int interrupted_by = 0;  // a signal that came while ranks were being started
+  std::vector<Rank> ranks = start_ranks(opt, command, port, &interrupted_by);
+  const int result = watch_ranks(opt, ranks, interrupted_by);
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
   return result;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
+
 namespace bcd {
 
 struct LaunchOptions {
@@ -17,11 +19,12 @@ struct LaunchOptions {
   bool oversubscribe = false;     // allow more ranks than this machine has cores (CPU) or GPUs (CUDA)
 };
 
-// Parses `launch`'s own options from the front of `args` (up to the first one it does not know,
-// or "--") and returns the rest: the command each rank runs. UserError on a bad option, on a
-// command other than `train` (the one meant to run on every rank), and on more ranks than the
-// machine has cores (train.device cpu) or GPUs (cuda) without --oversubscribe.
-std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt);
+// The launch as the machine allows it (its options are read by the command line, cli/launch_args.h):
+// without --nproc (`nproc_given` false) the command's [dist] nproc (`cfg`, null for a resume,
+// whose config is in its checkpoint), else 1. UserError on more ranks than the machine has cores
+// (train.device cpu) or GPUs (cuda) without --oversubscribe, on a node rank outside the nodes, and
+// on several nodes without one --master-port.
+void check_launch(LaunchOptions& opt, const Config* cfg, bool nproc_given);
 
 // Runs `command` (bcdtrain's arguments, e.g. {"train", "--config", "c.toml"}) as opt.nproc
 // processes of this binary with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
