@@ -49,6 +49,48 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
   if (d) ::fsync(d.get());  // the rename's durability; a directory that cannot be opened keeps it in cache
 }
 
+// ---- StagingDir ----
+
+namespace fs = std::filesystem;
+
+StagingDir::StagingDir(fs::path target)
+    : target_(std::move(target)), path_(target_.string() + ".tmp-" + std::to_string(::getpid())) {
+  std::error_code ec;
+  fs::remove_all(path_, ec);  // a leftover of an earlier crashed run with our pid
+  fs::create_directories(path_, ec);
+  if (ec) user_error("cannot create directory {}: {}", path_.string(), ec.message());
+}
+
+StagingDir::~StagingDir() {
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+}
+
+void StagingDir::commit(bool force) {
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(target_))) {
+    if (!force) user_error("output directory {} already exists (pass --force to replace it)", target_.string());
+    fs::path old = target_.string() + ".old-" + std::to_string(::getpid());
+    fs::remove_all(old, ec);
+    fs::rename(target_, old, ec);
+    if (ec) user_error("cannot move the existing {} aside: {}", target_.string(), ec.message());
+    fs::rename(path_, target_, ec);
+    if (ec) {
+      std::error_code ec2;
+      fs::rename(old, target_, ec2);
+      user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(), ec.message());
+    }
+    committed_ = true;
+    fs::remove_all(old, ec);
+    return;
+  }
+  fs::rename(path_, target_, ec);
+  if (ec) user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(), ec.message());
+  committed_ = true;
+}
+
 // ---- UniqueFd ----
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {

@@ -1,7 +1,9 @@
 // Files with one rule each: whole small files read into memory, small files written atomically
-// and durably, and file descriptors owned (every descriptor the program opens sits in a UniqueFd).
+// and durably, directories replaced whole, and file descriptors owned (every descriptor the
+// program opens sits in a UniqueFd).
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <string_view>
 
@@ -15,6 +17,27 @@ std::string read_file(const std::string& path, const std::string& what);
 // a crash after the call keeps the new one. The temporary is removed on failure. UserError naming
 // `what` and the path when it cannot be written.
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what);
+
+// A directory written whole or not at all: TARGET.tmp-PID, created here (a leftover of an earlier
+// crashed run with this pid removed first) and removed on destruction unless commit() moved it
+// into place.
+class StagingDir {
+ public:
+  explicit StagingDir(std::filesystem::path target);
+  ~StagingDir();
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+  // Moves the staging directory to the target; an existing target (only with `force`, else a
+  // UserError) is renamed aside first and deleted only after the new one is in place, so some
+  // complete directory is always there.
+  void commit(bool force);
+
+ private:
+  std::filesystem::path target_, path_;
+  bool committed_ = false;
+};
 
 // An owned file descriptor, closed on destruction (close() errors are then ignored: they carry
 // no information for a file that was read or fsync'd; close() returns them where they matter).

@@ -280,65 +280,6 @@ void write_split(H5::H5File& file, Split s, const SplitOut& out) {
   if (out.mask) copy_into(g, "loss_mask", H5::PredType::STD_U8LE, H5::PredType::NATIVE_UINT8, 1, out.mask->path());
 }
 
-// ---- Atomic output directory ----
-
-// The temporary directory is removed unless commit() moved it into place.
-class StagingDir {
- public:
-  explicit StagingDir(fs::path target)
-      : target_(std::move(target)), path_(target_.string() + ".tmp-" + std::to_string(::getpid())) {
-    std::error_code ec;
-    fs::remove_all(path_, ec);  // a leftover of an earlier crashed run with our pid
-    fs::create_directories(path_, ec);
-    if (ec) user_error("cannot create directory {}: {}", path_.string(), ec.message());
-  }
-  ~StagingDir() {
-    if (!committed_) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-  StagingDir(const StagingDir&) = delete;
-  StagingDir& operator=(const StagingDir&) = delete;
-  const fs::path& path() const { return path_; }
-
-  // Moves the staging dir to the target; an existing target (force) is renamed aside first and
-  // deleted only after the new one is in place, so some complete dataset is always there.
-  void commit(bool force) {
-    std::error_code ec;
-    if (fs::exists(fs::symlink_status(target_))) {
-      if (!force) {
-        user_error("output directory {} already exists (pass --force to replace it)",
-                   target_.string());
-      }
-      fs::path old = target_.string() + ".old-" + std::to_string(::getpid());
-      fs::remove_all(old, ec);
-      fs::rename(target_, old, ec);
-      if (ec) user_error("cannot move the existing {} aside: {}", target_.string(), ec.message());
-      fs::rename(path_, target_, ec);
-      if (ec) {
-        std::error_code ec2;
-        fs::rename(old, target_, ec2);
-        user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(),
-                   ec.message());
-      }
-      committed_ = true;
-      fs::remove_all(old, ec);
-      return;
-    }
-    fs::rename(path_, target_, ec);
-    if (ec) {
-      user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(),
-                 ec.message());
-    }
-    committed_ = true;
-  }
-
- private:
-  fs::path target_, path_;
-  bool committed_ = false;
-};
-
 std::string hex_xxh64(const std::string& bytes) {
   return fmt::format("{:016x}", XXH64(bytes.data(), bytes.size(), 0));
 }
