@@ -1,0 +1,34 @@
+// The resume policies: what `train --resume` may change of a run's config, and what
+// `train --resume auto` does with a run directory. Both read each key's Resume class, declared
+// with the key (base/config.h), and the run's own files (checkpoints, config.toml, summary.json).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/config.h"
+
+namespace bcd {
+
+// --resume CKPT with a config `now` against the checkpoint's `stored` one: keys the checkpoint's
+// state is made of (the model's shape, the BCD units and their order, the working dtype, the
+// optimizer, the seed) cannot change: UserError naming them, before anything runs. Keys that only
+// change what the remaining steps compute (LR schedule, batch, Adam's hyper-parameters, data) are
+// applied with a warning line: the run goes on, no longer as the uninterrupted one. The rest
+// (where and how it runs: paths, logging, memory, threads, device, ranks) are applied silently.
+void check_resume_overrides(const std::string& ckpt, const Config& stored, const Config& now);
+
+// --resume auto, for scripts that repeat one command line: the run directory of `given`
+// (train.run_dir) goes on from its newest checkpoint when it holds a run of this config, starts
+// when it holds none, and is left alone when its run has finished. A directory holding a run of
+// another config, or a model.h5 whose summary cannot tell that the run finished, is a UserError
+// naming the keys or the files: never overwritten.
+struct AutoResume {
+  enum Kind { kStart, kFinished, kResume } kind = kStart;
+  Config config;           // what to run: `given` (kStart), the checkpoint's in run_dir (kResume)
+  std::string checkpoint;  // kResume: the newest checkpoint
+  int64_t steps = 0;       // kFinished: the steps the run took
+};
+AutoResume decide_resume_auto(const Config& given);
+
+}  // namespace bcd
