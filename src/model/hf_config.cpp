@@ -154,7 +154,7 @@ void warn_unknown(const std::string& path, const std::vector<std::string>& keys)
 
 // ---- RoPE: rope_parameters (transformers 5) or rope_theta + rope_scaling (4.x) ----
 
-void read_rope(HfReader& r, const json& top, ModelConfig& m) {
+void read_rope(HfReader& r, ModelConfig& m) {
   // transformers 5 takes rope_scaling first when both are there (convert_rope_params_to_dict).
   std::string where;
   json params = json::object();
@@ -266,7 +266,6 @@ void read_rope(HfReader& r, const json& top, ModelConfig& m) {
       user_error("{}: \"{}\" is not a parameter of rope_type \"{}\" that bcdtrain implements (it reads {})", r.path(),
                  key(k), name_of(m.rope_type), fmt::join(allowed, ", "));
   if (m.rope_original_max_len == m.max_seq_len) m.rope_original_max_len = 0;  // stored as "the context"
-  (void)top;
 }
 
 // Sliding-window attention below the context, per layer or for all: refused (full attention only).
@@ -368,7 +367,7 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
     user_error("{}: num_attention_heads ({}) must be divisible by num_key_value_heads ({})", path, m.n_heads,
                m.n_kv_heads);
 
-  read_rope(r, j, m);
+  read_rope(r, m);
   if (!rope_theta_ok(m.rope_theta))
     user_error("{}: rope_theta must be a number above 1 that fp32 holds (the frequencies are computed in fp32, "
                "as transformers computes them), got {}", path, m.rope_theta);

@@ -1,9 +1,6 @@
 // Our blocks -> an HF model directory: shard plan, safetensors files, index and config.json.
 #include "model/hf_export.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <utility>
@@ -30,8 +29,7 @@ void MetricsWriter::write(const nlohmann::json& record) {
   out_.flush();
   if (!out_) user_error("{}: write failed (disk full?)", path_);
   if (events_ && record.contains("step") && record["step"].is_number_integer())
-    events_->add_scalars(record["step"].get<int64_t>(), metrics_scalars(record),
-                         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+    events_->add_scalars(record["step"].get<int64_t>(), metrics_scalars(record));
 }
 
 void truncate_metrics(const std::string& path, int64_t first_step) {

@@ -138,7 +138,7 @@ void EventFileWriter::add_scalars(int64_t step, const std::vector<std::pair<std:
     put_fixed(value, static_cast<float>(v));
     put_bytes(summary, 1, value);
   }
-  std::string e = event(wall_time, step);
+  std::string e = event(wall_time < 0 ? now_seconds() : wall_time, step);
   put_bytes(e, 5, summary);
   write_record(e);
   ++events_;

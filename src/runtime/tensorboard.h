@@ -31,7 +31,8 @@ class EventFileWriter {
   // <dir>/events.out.tfevents.<seconds>.<host>.<pid>.bcdtrain; UserError naming it when it cannot
   // be written.
   explicit EventFileWriter(const std::string& dir);
-  void add_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values, double wall_time);
+  // `wall_time`: seconds since the epoch; < 0 (the default) for now.
+  void add_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values, double wall_time = -1);
   const std::string& path() const { return path_; }
   int64_t events() const { return events_; }  // add_scalars calls so far
 
