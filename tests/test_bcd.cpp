@@ -166,10 +166,10 @@ TEST(BcdStep, ActiveBlockGradientEqualsFullBackwardAndOthersGetNone) {
         for (const Segment& seg : b.segments()) {
           torch::Tensor got = b.grad().narrow(0, seg.begin, seg.numel());
           torch::Tensor want = full[i].narrow(0, seg.begin, seg.numel());
-          if (piece->part.empty() || seg.part == piece->part)
-            EXPECT_TRUE(torch::allclose(got, want, 1e-10, 1e-12)) << blocks << " " << u.name << " segment " << seg.part;
+          if (piece->part == Part::kNone || seg.part == piece->part)
+            EXPECT_TRUE(torch::allclose(got, want, 1e-10, 1e-12)) << blocks << " " << u.name << " segment " << name_of(seg.part);
           else
-            EXPECT_EQ(got.abs().sum().item<double>(), 0.0) << u.name << ": frozen part " << seg.part << " got gradient";
+            EXPECT_EQ(got.abs().sum().item<double>(), 0.0) << u.name << ": frozen part " << name_of(seg.part) << " got gradient";
         }
       }
       for (const UnitPiece& p : u.pieces) m.block(p.block).set_trainable(false);
@@ -288,10 +288,10 @@ TEST(BcdOptimizer, OnlyTheActiveBlockChanges) {
       const Block& b = m.block(i);
       for (const Segment& seg : b.segments()) {
         bool active = false;
-        for (const UnitPiece& p : u.pieces) active |= p.block == i && (p.part.empty() || p.part == seg.part);
+        for (const UnitPiece& p : u.pieces) active |= p.block == i && (p.part == Part::kNone || p.part == seg.part);
         const bool changed = !torch::equal(b.data().narrow(0, seg.begin, seg.numel()),
                                            before[i].narrow(0, seg.begin, seg.numel()));
-        EXPECT_EQ(changed, active) << u.name << ": " << b.name() << "/" << seg.part;
+        EXPECT_EQ(changed, active) << u.name << ": " << b.name() << "/" << name_of(seg.part);
       }
     }
     if (sched.step()) opt.activate(sched.current());
@@ -326,7 +326,7 @@ TEST(StepFlops, ForwardEverywhereBackwardFromTheActiveUnitUp) {
   {
     cfg.activation_checkpointing = true;  // layers with autograd run their forward twice
     LlamaModel m(cfg);
-    m.block(2).set_trainable(true, "mlp");  // a part: only the MLP's three matrices
+    m.block(2).set_trainable(true, Part::kMlp);  // a part: only the MLP's three matrices
     const StepFlops f = micro_batch_flops(m, 2, 2, 12);
     EXPECT_EQ(f.recompute, tokens * 2 * (layer + attn));
     EXPECT_EQ(f.backward_weight, tokens * 2 * 3 * 1536);

@@ -127,6 +127,29 @@ TEST(Config, ValidationNamesTheKey) {
   EXPECT_NE(r.output.find("[train] seq_len (4096) exceeds the model's max_seq_len (128)"), std::string::npos) << r.output;
 }
 
+// Sizes a typo makes absurd are refused when the config loads, naming the bound: a step of 1.28e14
+// tokens would run for days deaf to SIGTERM; 2048 vocabulary slices print a 40,000-character
+// line; slices with BCD off would be ignored without a word.
+TEST(Config, AbsurdSizesAreRefusedNamingTheBound) {
+  std::string e = error_of([] { load_config("", {"--train.grad_accum=1000000000000"}); });
+  EXPECT_NE(e.find("[train] batch_size x seq_len x grad_accum = 8 x"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected at most 2147483648 (2^31)"), std::string::npos) << e;
+  EXPECT_NO_THROW(load_config("", {"--train.grad_accum=64", "--train.batch_size=16", "--train.seq_len=4096"}));
+  e = error_of([] { load_config("", {"--bcd.enabled=true", "--bcd.vocab_slices=2048"}); });
+  EXPECT_NE(e.find("[bcd] vocab_slices: expected 1 up to 256, got 2048"), std::string::npos) << e;
+  e = error_of([] { load_config("", {"--bcd.vocab_slices=4"}); });
+  EXPECT_NE(e.find("block coordinate descent is off (enabled = false): set vocab_slices = 1"), std::string::npos) << e;
+  e = error_of([] { load_config("", {"--bcd.enabled=true", "--bcd.blocks=\"whole\"", "--bcd.vocab_slices=4"}); });
+  EXPECT_NE(e.find("blocks = \"whole\" trains the model as one unit"), std::string::npos) << e;
+  e = error_of([] {
+    load_config("", {"--bcd.enabled=true", "--bcd.include_embed=false", "--bcd.include_head=false", "--bcd.vocab_slices=4"});
+  });
+  EXPECT_NE(e.find("neither is trained"), std::string::npos) << e;
+  EXPECT_NO_THROW(load_config("", {"--bcd.enabled=true", "--bcd.vocab_slices=256"}));
+  e = error_of([] { load_config("", {"--sample.max_new_tokens=1000000000"}); });
+  EXPECT_NE(e.find("[sample] max_new_tokens: expected 0 up to 1048576, got 1000000000"), std::string::npos) << e;
+}
+
 // A closed set's names are parsed once, when the config loads, into its enum; the dump writes
 // the names back.
 TEST(Config, ClosedSetsAreEnumsParsedOnLoad) {

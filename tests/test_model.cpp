@@ -204,7 +204,7 @@ TEST_P(ModelGrad, MatchesFiniteDifferencesInDouble) {
     for (size_t si = 0; si < b.slots().size(); ++si) {
       const ParamSlot& s = b.slots()[si];
       for (int probe = 0; probe < 3; ++probe) {
-        const int64_t j = s.offset + torch::randint(s.numel, {1}).item<int64_t>();
+        const int64_t j = s.offset + torch::randint(s.numel(), {1}).item<int64_t>();
         double fd;
         {
           torch::NoGradGuard ng;
@@ -376,7 +376,7 @@ TEST(Model, SegmentsGroupPartsAndDecay) {
       EXPECT_EQ(s.decay, s.shape.size() == 2) << s.name;
       int hits = 0;
       for (const Segment& seg : b.segments())
-        if (s.offset >= seg.begin && s.offset + s.numel <= seg.end) {
+        if (s.offset >= seg.begin && s.offset + s.numel() <= seg.end) {
           ++hits;
           EXPECT_EQ(seg.decay, s.decay) << s.name;
           EXPECT_EQ(seg.part, s.part) << s.name;
@@ -385,22 +385,22 @@ TEST(Model, SegmentsGroupPartsAndDecay) {
     }
   }
   // a layer has attention and MLP halves; attn_norm and the biases belong to attention
-  EXPECT_EQ(m.block(1).parts(), (std::vector<std::string>{"attn", "mlp"}));
+  EXPECT_EQ(m.block(1).parts(), (std::vector<Part>{Part::kAttn, Part::kMlp}));
   EXPECT_EQ(m.block(1).segments().size(), 4u);
-  EXPECT_EQ(m.block(0).parts(), (std::vector<std::string>{""}));
+  EXPECT_EQ(m.block(0).parts(), (std::vector<Part>{Part::kNone}));
 }
 
 TEST(Model, PartTrainableLimitsGradients) {
   ModelConfig cfg = tiny_config();
   LlamaModel m(cfg, torch::kFloat64);
   m.init_weights(51);
-  m.block(2).set_trainable(true, "mlp");
+  m.block(2).set_trainable(true, Part::kMlp);
   torch::manual_seed(52);
   m.loss(torch::randint(cfg.vocab_size, {2, 9}, torch::kInt64), /*grad_from=*/2).backward();
   const Block& b = m.block(2);
   for (size_t i = 0; i < b.slots().size(); ++i) {
-    const double g = b.grad().narrow(0, b.slots()[i].offset, b.slots()[i].numel).abs().sum().item<double>();
-    if (b.slots()[i].part == "mlp") EXPECT_GT(g, 0.0) << b.slots()[i].name;
+    const double g = b.grad().narrow(0, b.slots()[i].offset, b.slots()[i].numel()).abs().sum().item<double>();
+    if (b.slots()[i].part == Part::kMlp) EXPECT_GT(g, 0.0) << b.slots()[i].name;
     else EXPECT_EQ(g, 0.0) << b.slots()[i].name;
   }
 }

@@ -39,7 +39,7 @@ TEST_P(PlannerShape, BlockLayoutsMatchLlamaModel) {
     EXPECT_EQ(shapes[b].name, blk.name());
     EXPECT_EQ(shapes[b].numel, blk.numel());
     int64_t real = 0;
-    for (const auto& s : blk.slots()) real += s.numel;
+    for (const auto& s : blk.slots()) real += s.numel();
     EXPECT_EQ(shapes[b].params, real);
     ASSERT_EQ(shapes[b].segments.size(), blk.segments().size());
     for (size_t s = 0; s < blk.segments().size(); ++s) {
@@ -80,7 +80,7 @@ TEST_P(PlannerShape, UnitsMatchTheOptimizersLayout) {
           EXPECT_EQ(blk.grad_begin(), p.begin);
           EXPECT_EQ(blk.grad_end(), p.end);
           window += blk.grad().numel();
-          if (p.part.empty()) trained[p.block] += p.end - p.begin;
+          if (p.part == Part::kNone) trained[p.block] += p.end - p.begin;
         }
         EXPECT_EQ(window, shapes[u].grad_elems);
       }

@@ -326,6 +326,25 @@ TEST_F(TrainerRun, ResumeAutoStartsContinuesAndLeavesAFinishedRunAlone) {
   EXPECT_EQ(fs::last_write_time(run + "/model.h5"), model_time);
   EXPECT_EQ(read_metrics(run + "/metrics.jsonl").size(), 30u);
 
+  // Data of another tokenizer: its ids mean other pieces. Refused before anything of the run is
+  // written: its summary (finished), tokenizer and metrics stay as they were.
+  const std::string other_text = run_dir("other.txt"), other_data = run_dir("other-data");
+  std::string lines;
+  for (int i = 0; i < 400; ++i) lines += "The quick brown fox jumps over the lazy dog, line " + std::to_string(i) + ".\n\n";
+  test::write_text(other_text, lines);
+  auto prep = test::run_bcdtrain("prepare --input " + other_text + " --out " + other_data + " --tokenizer " +
+                                 test::source_path("../shared/data/tokenizers/llama2/tokenizer.json"));
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  const std::string summary_before = test::read_text(run + "/summary.json");
+  const std::string tok_before = test::read_text(run + "/tokenizer.model");
+  auto mixed = test::run_bcdtrain("train --resume " + run + " --train.steps=40 --data.path=" + other_data);
+  EXPECT_EQ(mixed.exit_code, 2) << mixed.output;
+  EXPECT_NE(mixed.output.find("the data was tokenized with " + other_data), std::string::npos) << mixed.output;
+  EXPECT_NE(mixed.output.find("was trained with " + run + "/tokenizer.model"), std::string::npos) << mixed.output;
+  EXPECT_EQ(test::read_text(run + "/summary.json"), summary_before);
+  EXPECT_EQ(test::read_text(run + "/tokenizer.model"), tok_before);
+  EXPECT_EQ(read_metrics(run + "/metrics.jsonl").size(), 30u);
+
   // eval and generate from a checkpoint (with the run's tokenizer)
   const std::string ckpt = run + "/checkpoints/step-00000030.h5";
   auto e = test::run_bcdtrain("eval --checkpoint " + ckpt + " --batches 2");

@@ -142,7 +142,7 @@ TEST(VocabSlices, TheGradientIsTheSameBitsEveryTime) {
   bc.vocab_slices = 2;
   const TrainUnit slice = make_units(model, bc).front();  // embed.0
   ASSERT_EQ(slice.name, "embed.0");
-  model.block(0).set_trainable(true, "", slice.pieces[0].begin, slice.pieces[0].end);
+  model.block(0).set_trainable(true, Part::kNone, slice.pieces[0].begin, slice.pieces[0].end);
   loss_backward(model, batch);
   const torch::Tensor first = model.block(0).grad().clone();
   for (int i = 0; i < 3; ++i) {

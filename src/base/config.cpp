@@ -352,6 +352,13 @@ void TrainConfig::validate() const {
   positive("train", "grad_accum", grad_accum);
   positive("train", "log_every", log_every);
   positive("train", "val_batches", val_batches);
+  // A step's tokens on one rank, bounded: a mistyped grad_accum (1e12) would make one step run for
+  // days, logging nothing and deaf to SIGTERM until it ends.
+  const double step_tokens = static_cast<double>(batch_size) * static_cast<double>(seq_len) * static_cast<double>(grad_accum);
+  if (step_tokens > static_cast<double>(kMaxStepTokens))
+    user_error("config: [train] batch_size x seq_len x grad_accum = {} x {} x {} = {:.0f} tokens per rank per step; "
+               "expected at most {} (2^31)",
+               batch_size, seq_len, grad_accum, step_tokens, kMaxStepTokens);
   if (lr <= 0) user_error("config: [train] lr must be positive, got {}", lr);
   if (warmup_steps < 0) user_error("config: [train] warmup_steps must be >= 0");
   if (min_lr_ratio < 0 || min_lr_ratio > 1)
@@ -377,7 +384,19 @@ void BcdConfig::validate() const {
   positive("bcd", "switch_every", switch_every);
   positive("bcd", "layers_per_block", layers_per_block);
   positive("bcd", "vocab_slices", vocab_slices);
-  if (vocab_slices > 65536) user_error("config: [bcd] vocab_slices: expected 1 up to 65536, got {}", vocab_slices);
+  if (vocab_slices > kMaxVocabSlices)
+    user_error("config: [bcd] vocab_slices: expected 1 up to {}, got {}", kMaxVocabSlices, vocab_slices);
+  // Slices are units of BCD's schedule: without it (or with one unit for the whole model) they
+  // would be ignored without a word.
+  if (vocab_slices > 1 && (!enabled || blocks == BlockKind::kWhole))
+    user_error("config: [bcd] vocab_slices = {} slices the embedding's and the head's units, but {}: set "
+               "vocab_slices = 1",
+               vocab_slices, !enabled ? "block coordinate descent is off (enabled = false)"
+                                      : "blocks = \"whole\" trains the model as one unit");
+  if (vocab_slices > 1 && !include_embed && !include_head)
+    user_error("config: [bcd] vocab_slices = {} slices the embedding's and the head's units, but neither is trained "
+               "(include_embed = include_head = false): set vocab_slices = 1",
+               vocab_slices);
   if (order == BlockOrder::kFixed && fixed_order.empty())
     user_error("config: [bcd] fixed_order must list block names when order = \"fixed\"");
   if (blocks == BlockKind::kAttnMlp && layers_per_block != 1)
@@ -400,7 +419,8 @@ void DataConfig::validate() const {
 }
 
 void SampleConfig::validate() const {
-  if (max_new_tokens < 0) user_error("config: [sample] max_new_tokens must be >= 0");
+  if (max_new_tokens < 0 || max_new_tokens > kMaxNewTokens)
+    user_error("config: [sample] max_new_tokens: expected 0 up to {}, got {}", kMaxNewTokens, max_new_tokens);
   if (temperature < 0) user_error("config: [sample] temperature must be >= 0");
   if (top_k < 0) user_error("config: [sample] top_k must be >= 0");
   if (top_p <= 0 || top_p > 1) user_error("config: [sample] top_p must be in (0, 1]");
@@ -473,7 +493,8 @@ std::vector<std::pair<std::string, Resume>> resume_classes() {
   return list_each_key(cfg, ResumeLister{});
 }
 
-std::string config_to_toml(Config& cfg) {
+std::string config_to_toml(const Config& given) {
+  Config cfg = given;  // the visitor walks mutable sections
   toml::table root;
   auto visit = [&](const char* name, auto& section) {
     toml::table t;

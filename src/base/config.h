@@ -190,6 +190,12 @@ struct ModelConfig {
   }
 };
 
+// Bounds a config may not pass: a step's tokens per rank (batch_size x seq_len x grad_accum),
+// [bcd] vocab_slices, [sample] max_new_tokens.
+constexpr int64_t kMaxStepTokens = int64_t{1} << 31;
+constexpr int64_t kMaxVocabSlices = 256;
+constexpr int64_t kMaxNewTokens = int64_t{1} << 20;
+
 struct TrainConfig {
   int64_t steps = 100;            // optimizer steps
   int64_t batch_size = 8;         // sequences per micro-batch
@@ -452,7 +458,7 @@ void validate_config(const Config& cfg);
 std::vector<std::pair<std::string, Resume>> resume_classes();
 
 // The whole config as TOML text, every key present (written to <run_dir>/config.toml).
-std::string config_to_toml(Config& cfg);
+std::string config_to_toml(const Config& cfg);
 
 // Every key as ("section.key", its value as config.toml writes it: 0.002, 'runs/a', [ 1, 2 ]),
 // in declaration order: what ranks compare before they train (runtime/run_identity.h).

@@ -37,6 +37,15 @@ int64_t SlotShape::numel() const {
   return n;
 }
 
+const char* name_of(Part p) {
+  switch (p) {
+    case Part::kAttn: return "attn";
+    case Part::kMlp: return "mlp";
+    case Part::kNone: break;
+  }
+  return "";
+}
+
 int model_block_count(const ModelConfig& cfg) { return static_cast<int>(cfg.n_layers) + 2; }
 
 std::string model_block_name(const ModelConfig& cfg, int block) {
@@ -50,29 +59,30 @@ std::vector<SlotShape> model_block_slots(const ModelConfig& cfg, int block) {
             model_block_count(cfg));
   const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
   const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
-  if (block == 0) return {{"tok_embeddings", {v, c}, true, ""}};
+  constexpr Part kAttn = Part::kAttn, kMlp = Part::kMlp, kNone = Part::kNone;
+  if (block == 0) return {{"tok_embeddings", {v, c}, true, kNone}};
   if (block == model_block_count(cfg) - 1) {
-    std::vector<SlotShape> head = {{"norm", {c}, false, ""}};
-    if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, true, ""});
+    std::vector<SlotShape> head = {{"norm", {c}, false, kNone}};
+    if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, true, kNone});
     return head;
   }
   std::vector<SlotShape> s = {
-      {"attn_norm", {c}, false, "attn"}, {"wq", {h * d, c}, true, "attn"}, {"wk", {kv * d, c}, true, "attn"},
-      {"wv", {kv * d, c}, true, "attn"}, {"wo", {c, h * d}, true, "attn"},
+      {"attn_norm", {c}, false, kAttn}, {"wq", {h * d, c}, true, kAttn}, {"wk", {kv * d, c}, true, kAttn},
+      {"wv", {kv * d, c}, true, kAttn}, {"wo", {c, h * d}, true, kAttn},
   };
   if (cfg.qkv_bias) {
-    s.push_back({"bq", {h * d}, false, "attn"});
-    s.push_back({"bk", {kv * d}, false, "attn"});
-    s.push_back({"bv", {kv * d}, false, "attn"});
+    s.push_back({"bq", {h * d}, false, kAttn});
+    s.push_back({"bk", {kv * d}, false, kAttn});
+    s.push_back({"bv", {kv * d}, false, kAttn});
   }
   if (cfg.qk_norm) {
-    s.push_back({"q_norm", {d}, false, "attn"});
-    s.push_back({"k_norm", {d}, false, "attn"});
+    s.push_back({"q_norm", {d}, false, kAttn});
+    s.push_back({"k_norm", {d}, false, kAttn});
   }
-  s.push_back({"mlp_norm", {c}, false, "mlp"});
-  s.push_back({"w_gate", {f, c}, true, "mlp"});
-  s.push_back({"w_up", {f, c}, true, "mlp"});
-  s.push_back({"w_down", {c, f}, true, "mlp"});
+  s.push_back({"mlp_norm", {c}, false, kMlp});
+  s.push_back({"w_gate", {f, c}, true, kMlp});
+  s.push_back({"w_up", {f, c}, true, kMlp});
+  s.push_back({"w_down", {c, f}, true, kMlp});
   return s;
 }
 
@@ -80,7 +90,7 @@ std::vector<SlotShape> model_block_slots(const ModelConfig& cfg, int block) {
 BlockShape layout_block(std::string name, const std::vector<SlotShape>& slots) {
   // The rank of a slot: its part's first appearance, then decayed before not decayed; stable, so
   // the layout is a pure function of the slot table.
-  std::vector<std::string> parts;
+  std::vector<Part> parts;
   for (const auto& s : slots)
     if (std::find(parts.begin(), parts.end(), s.part) == parts.end()) parts.push_back(s.part);
   auto rank = [&](const SlotShape& s) {
@@ -134,9 +144,9 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
   const std::vector<BlockShape> blocks = block_shapes(model);
   const int n_blocks = static_cast<int>(blocks.size());
   const int n_layers = static_cast<int>(model.n_layers);
-  auto whole = [&](int b) { return UnitPieceShape{b, "", 0, blocks[b].numel}; };
+  auto whole = [&](int b) { return UnitPieceShape{b, Part::kNone, 0, blocks[b].numel}; };
   // A part's segments are contiguous (Block lays slots out by part): its gradient spans them only.
-  auto part_of = [&](int b, const std::string& part) {
+  auto part_of = [&](int b, Part part) {
     UnitPieceShape p{b, part, blocks[b].numel, 0};
     for (const SegmentShape& s : blocks[b].segments)
       if (s.part == part) p.begin = std::min(p.begin, s.begin), p.end = std::max(p.end, s.end);
@@ -154,7 +164,7 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
     for (int64_t k = 0; k < n; ++k) {
       const int64_t begin = at + cfg.vocab_slice_row(v, k) * c;
       const int64_t end = k + 1 == n ? blocks[b].numel : at + cfg.vocab_slice_row(v, k + 1) * c;
-      units.push_back({name + "." + std::to_string(k), {{b, "", begin, end}}, first_layer, 0, 0});
+      units.push_back({name + "." + std::to_string(k), {{b, Part::kNone, begin, end}}, first_layer, 0, 0});
     }
   };
   if (!cfg.enabled || cfg.blocks == BlockKind::kWhole) {
@@ -167,8 +177,8 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
     if (cfg.include_embed) slices("embed", 0, 0, 0);
     if (cfg.blocks == BlockKind::kAttnMlp) {
       for (int l = 0; l < n_layers; ++l)
-        for (const char* part : {"attn", "mlp"})
-          units.push_back({"layer." + std::to_string(l) + "." + part, {part_of(l + 1, part)}, l, 0, 0});
+        for (Part part : {Part::kAttn, Part::kMlp})
+          units.push_back({"layer." + std::to_string(l) + "." + name_of(part), {part_of(l + 1, part)}, l, 0, 0});
     } else {
       const int g = static_cast<int>(std::min<int64_t>(cfg.layers_per_block, std::max(n_layers, 1)));
       for (int l = 0; l < n_layers; l += g) {
@@ -192,7 +202,7 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
   for (auto& u : units) {
     for (const auto& p : u.pieces) {
       for (const auto& s : blocks[p.block].segments)
-        if (p.part.empty() || s.part == p.part)
+        if (p.part == Part::kNone || s.part == p.part)
           u.state_elems += std::max<int64_t>(0, std::min(s.end, p.end) - std::max(s.begin, p.begin));
       u.grad_elems += p.end - p.begin;
     }

@@ -15,12 +15,18 @@ namespace bcd {
 
 // ---- Slots ----
 
+// The sub-block a BCD unit may train alone ([bcd] blocks = "attn_mlp"): a decoder layer's
+// attention or MLP half. A slot of a block without halves has kNone; a unit's piece with kNone
+// trains every part of its block.
+enum class Part { kNone, kAttn, kMlp };
+const char* name_of(Part p);  // "", "attn", "mlp"
+
 // One parameter of a block, before layout.
 struct SlotShape {
   std::string name;              // e.g. "wq"
   std::vector<int64_t> shape;
   bool decay = false;            // weight decay applies (matrices); norms and biases do not
-  std::string part;              // sub-block a BCD unit may train alone: "attn", "mlp"; "" = none
+  Part part = Part::kNone;
   int64_t numel() const;
 };
 
@@ -42,7 +48,7 @@ std::vector<SlotShape> model_block_slots(const ModelConfig& cfg, int block);
 constexpr int64_t kBlockAlign = 16;  // 64 bytes of fp32: one cache line / AVX-512 vector
 
 struct SegmentShape {
-  std::string part;            // "", "attn", "mlp"
+  Part part = Part::kNone;
   bool decay = false;
   int64_t begin = 0, end = 0;  // elements of the flat buffer, begin aligned to kBlockAlign
   int64_t numel() const { return end - begin; }
@@ -65,14 +71,14 @@ int64_t count_params(const ModelConfig& cfg);  // sum of BlockShape::params (no 
 
 // ---- BCD units ----
 
-// What a BCD unit trains of one block: the segments of `part` ("" = every segment) within the
+// What a BCD unit trains of one block: the segments of `part` (kNone: every segment) within the
 // elements [begin, end) of the block's flat buffer, which its gradient buffer spans. A whole block
 // spans the block, a part of a layer its part's segments (contiguous); a vocabulary slice
 // ([bcd] vocab_slices) is a run of rows of the embedding's or the LM head's matrix (the last head
 // slice runs on to the block's end: the final norm).
 struct UnitPieceShape {
   int block = 0;
-  std::string part;
+  Part part = Part::kNone;
   int64_t begin = 0, end = 0;
 };
 

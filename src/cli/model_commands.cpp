@@ -20,12 +20,12 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
-#include "memory/planner.h"
 #include "model/hf_export.h"
 #include "model/hf_import.h"
 #include "model/hf_weights.h"
 #include "model/llama.h"
 #include "model/weights.h"
+#include "runtime/run_plan.h"
 #include "runtime/run_setup.h"
 #include "runtime/sampler.h"
 #include "runtime/trainer.h"
@@ -199,17 +199,7 @@ Command add_eval(CLI::App& app) {
     if (seq > cfg.model.max_seq_len)
       user_error("eval: sequences of {} tokens{} are longer than the model's max_seq_len {}: give --seq-len {} or less", seq,
                  f->seq_len > 0 ? "" : " (the run's train.seq_len)", cfg.model.max_seq_len, cfg.model.max_seq_len);
-    // Forward only: one layer's transients and the logits at a time (the planner's estimate).
-    TrainConfig at_bs = cfg.train;
-    at_bs.batch_size = bs;
-    at_bs.seq_len = seq;
-    UnitShape top;
-    top.first_layer = static_cast<int>(cfg.model.n_layers) - 1;
-    const uint64_t need = estimate_activation_bytes(cfg.model, at_bs, top), avail = meminfo_bytes("MemAvailable");
-    if (need > avail)
-      user_error("eval: a batch of {} sequences of {} tokens needs about {} of activations, {} of memory is "
-                 "available: give a smaller --batch-size",
-                 bs, seq, format_bytes(need), format_bytes(avail));
+    check_eval_fits(cfg.model, cfg.train, bs, seq);
     const double loss = evaluate_val_loss(model, ds, bs, seq, f->batches);
     fmt::print("{{\"val_loss\": {:.6f}, \"perplexity\": {:.4f}, \"unigram_val_loss\": {:.6f}}}\n", loss,
                std::exp(loss), ds.unigram_val_loss());

@@ -1,13 +1,9 @@
 // The weight stream's part of the plan (DESIGN.md §2): the rates, where streamed layers live, what
 // the window and active buffer cost, the stream model (bytes, copies against compute, exposed
-// time) and its paragraph in the report. plan_memory (planner.cpp) decides how many layers stream.
-#include <fmt/format.h>
+// time). plan_memory (planner.cpp) decides how many layers stream and writes its report paragraph.
+#include "memory/stream_plan.h"
 
 #include <algorithm>
-#include <sstream>
-
-#include "memory/plan_detail.h"
-#include "memory/planner.h"
 
 namespace bcd {
 
@@ -143,70 +139,6 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
   s.exposed_s_per_step = s.per_unit[s.slowest_unit].exposed_s;
   s.copy_s_per_step = s.per_unit[s.worst_unit].copy_s;
   s.keeps_up = worst_ratio <= 0.10;
-}
-
-}  // namespace plan_detail
-
-// ---- Report ----
-
-namespace plan_detail {
-
-// The names of blocks [first, last] as "FIRST .. LAST", or one name when first == last.
-std::string block_range(const MemoryPlan& p, int first, int last) {
-  return first == last ? p.blocks[first].name : p.blocks[first].name + " .. " + p.blocks[last].name;
-}
-
-// The "weight stream:" paragraph: what streams, what it costs the compute tier and host memory,
-// and whether the copies hide behind compute at the assumed rates.
-std::string format_stream(const MemoryPlan& p) {
-  const StreamPlan& s = p.stream;
-  const int layers = static_cast<int>(p.blocks.size()) - 2;
-  int first = -1, last = -1;
-  for (int b = 0; b < static_cast<int>(s.streamed.size()); ++b)
-    if (s.streamed[b]) last = b, first = first < 0 ? b : first;
-  const int n = s.streamed_count();
-  std::ostringstream os;
-  int on_nvme = 0;
-  for (Tier t : s.home) on_nvme += t == Tier::kNvme ? 1 : 0;
-  os << fmt::format("weight stream: {} of {} decoder layers streamed from {} ({})", n, layers,
-                    on_nvme == 0   ? std::string("host memory")
-                    : on_nvme == n ? std::string("the NVMe tier")
-                                   : fmt::format("host memory ({}) and the NVMe tier ({})", n - on_nvme, on_nvme),
-                    block_range(p, first, last));
-  if (n < layers) {
-    const bool contiguous = last - first + 1 == n;
-    os << fmt::format(", {} resident{}", layers - n,
-                      contiguous && first == 1 ? fmt::format(" ({})", block_range(p, last + 1, layers)) : "");
-  }
-  os << "\n";
-  os << fmt::format("  compute tier: window {} x {} + active buffer {} (the active unit's streamed layers)\n",
-                    s.depth, gib(s.slot_bytes), gib(s.active_bytes));
-  if (s.host_bytes() > 0)
-    os << fmt::format("  host: {}, one copy on the machine shared by {} local rank(s): {} charged to this rank\n",
-                      gib(s.host_bytes()), s.sharers, gib((s.host_bytes() + s.sharers - 1) / s.sharers));
-  if (s.nvme_bytes > 0) {
-    os << fmt::format("  nvme: {} layers' weights, {} on this rank's NVMe tier, read at {:g} GB/s "
-                      "(memory.stream_nvme_gbps) through {} pinned buffers ({})\n",
-                      on_nvme, gib(s.nvme_bytes), s.nvme_gbps, s.depth + 1, gib(s.staging_bytes));
-  }
-  os << fmt::format("  per step at {:g} GB/s and {:g} TFLOP/s (memory.stream_gbps, stream_tflops):\n", s.gbps, s.tflops);
-  auto unit_line = [&](int u, const char* what) {
-    const StreamPlan::UnitFigures& f = s.per_unit[u];
-    os << fmt::format("    unit '{}' active ({}): copies {} in {:.2f} s against {:.2f} s of layer compute, {:.3f} s "
-                      "exposed\n",
-                      p.units[u].name, what, gib(f.bytes), f.copy_s, f.compute_s, f.exposed_s);
-  };
-  if (s.worst_unit == s.slowest_unit) {
-    unit_line(s.worst_unit, s.exposed_s_per_step > 0 ? "the most bytes and the most exposed" : "the most bytes");
-  } else {
-    unit_line(s.worst_unit, "the most bytes");
-    unit_line(s.slowest_unit, "the most exposed");
-  }
-  os << "  " << (s.keeps_up ? "keeps up: the copies hide behind compute (exposed <= 10% of it)"
-                            : std::string("cannot keep up: exposed copy time is over 10% of compute") +
-                                  (p.fits ? " (memory.accept_slow_stream: the copies will be exposed)" : ""))
-     << "\n";
-  return os.str();
 }
 
 }  // namespace plan_detail

@@ -12,20 +12,13 @@ namespace {
 bool reduced_precision(torch::ScalarType t) { return t == torch::kBFloat16 || t == torch::kHalf; }
 }  // namespace
 
-Block::Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts, torch::Tensor storage)
+Block::Block(std::string name, const std::vector<SlotShape>& slots, torch::TensorOptions opts, torch::Tensor storage)
     : name_(std::move(name)) {
   // The layout is the model shape's (base/model_shape.h: layout_block), so the planner's blocks
   // are these.
-  std::vector<SlotShape> shapes;
-  for (const ParamSlot& s : slots) shapes.push_back({s.name, s.shape, s.decay, s.part});
-  const BlockShape layout = layout_block(name_, shapes);
-  for (int64_t i : layout.order) {
-    ParamSlot s = slots[i];
-    s.offset = layout.offsets[i];
-    s.numel = shapes[i].numel();
-    slots_.push_back(std::move(s));
-  }
-  for (const SegmentShape& g : layout.segments) segments_.push_back({g.begin, g.end, g.decay, g.part});
+  const BlockShape layout = layout_block(name_, slots);
+  for (int64_t i : layout.order) slots_.push_back(ParamSlot{slots[i], layout.offsets[i]});
+  segments_ = layout.segments;
   numel_ = layout.numel;
   if (storage.defined()) {
     BCD_CHECK(storage.dim() == 1 && storage.numel() == numel_ && storage.scalar_type() == opts.dtype(),
@@ -38,8 +31,8 @@ Block::Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOption
   make_views();
 }
 
-std::vector<std::string> Block::parts() const {
-  std::vector<std::string> out;
+std::vector<Part> Block::parts() const {
+  std::vector<Part> out;
   for (const auto& s : segments_)
     if (std::find(out.begin(), out.end(), s.part) == out.end()) out.push_back(s.part);
   return out;
@@ -47,7 +40,7 @@ std::vector<std::string> Block::parts() const {
 
 void Block::make_views() {
   params_.clear();
-  for (const auto& s : slots_) params_.push_back(data_.narrow(0, s.offset, s.numel).view(s.shape));
+  for (const auto& s : slots_) params_.push_back(data_.narrow(0, s.offset, s.numel()).view(s.shape));
   if (trainable_) {
     trainable_ = false;
     set_trainable(true, trainable_part_, window_begin_, window_end_);
@@ -64,8 +57,8 @@ torch::Tensor Block::grad_of(const std::string& name) const {
   const torch::Tensor& g = grad();
   for (const auto& s : slots_)
     if (s.name == name) {
-      if (!g.defined() || s.offset < window_begin_ || s.offset + s.numel > window_end_) return {};
-      return g.narrow(0, s.offset - window_begin_, s.numel).view(s.shape);
+      if (!g.defined() || s.offset < window_begin_ || s.offset + s.numel() > window_end_) return {};
+      return g.narrow(0, s.offset - window_begin_, s.numel()).view(s.shape);
     }
   BCD_CHECK(false, "block {} has no parameter {}", name_, name);
 }
@@ -74,9 +67,9 @@ Block::RowGrad Block::row_grad(const std::string& name) const {
   const torch::Tensor& g = grad();
   for (const auto& s : slots_)
     if (s.name == name) {
-      const int64_t lo = std::max(s.offset, window_begin_), hi = std::min(s.offset + s.numel, window_end_);
-      if (!g.defined() || hi <= lo || (lo == s.offset && hi == s.offset + s.numel)) return {};
-      const int64_t row = s.numel / s.shape.front();
+      const int64_t lo = std::max(s.offset, window_begin_), hi = std::min(s.offset + s.numel(), window_end_);
+      if (!g.defined() || hi <= lo || (lo == s.offset && hi == s.offset + s.numel())) return {};
+      const int64_t row = s.numel() / s.shape.front();
       std::vector<int64_t> shape = s.shape;
       shape.front() = (hi - lo) / row;
       return {g.narrow(0, lo - window_begin_, hi - lo).view(shape), (lo - s.offset) / row};
@@ -97,7 +90,7 @@ bool Block::has_param(const std::string& name) const {
   return false;
 }
 
-void Block::set_trainable(bool trainable, const std::string& part, int64_t begin, int64_t end) {
+void Block::set_trainable(bool trainable, Part part, int64_t begin, int64_t end) {
   if (end < 0) end = numel_;
   BCD_CHECK(0 <= begin && begin < end && end <= numel_, "block {}: trainable window [{}, {}) of {} elements", name_,
             begin, end, numel_);
@@ -106,7 +99,7 @@ void Block::set_trainable(bool trainable, const std::string& part, int64_t begin
     return;
   if (trainable && trainable_ && (begin != window_begin_ || end != window_end_)) set_trainable(false);
   trainable_ = trainable;
-  trainable_part_ = trainable ? part : "";
+  trainable_part_ = trainable ? part : Part::kNone;
   if (trainable) {
     window_begin_ = begin, window_end_ = end;
     if (!grad_.defined()) grad_ = torch::zeros({end - begin}, data_.options());
@@ -115,18 +108,18 @@ void Block::set_trainable(bool trainable, const std::string& part, int64_t begin
     for (size_t i = 0; i < slots_.size(); ++i) {
       const ParamSlot& s = slots_[i];
       torch::Tensor& p = params_[i];
-      const bool whole = s.offset >= begin && s.offset + s.numel <= end;
-      const bool cut = !whole && s.offset < end && s.offset + s.numel > begin;
+      const bool whole = s.offset >= begin && s.offset + s.numel() <= end;
+      const bool cut = !whole && s.offset < end && s.offset + s.numel() > begin;
       if (cut) {
-        const int64_t row = s.numel / s.shape.front();
-        const int64_t first = std::max(begin, s.offset) - s.offset, last = std::min(end, s.offset + s.numel) - s.offset;
+        const int64_t row = s.numel() / s.shape.front();
+        const int64_t first = std::max(begin, s.offset) - s.offset, last = std::min(end, s.offset + s.numel()) - s.offset;
         BCD_CHECK(first % row == 0 && last % row == 0, "block {}: trainable window [{}, {}) cuts {} within a row",
                   name_, begin, end, s.name);
       }
-      const bool on = whole && (part.empty() || s.part == part);
+      const bool on = whole && (part == Part::kNone || s.part == part);
       p.mutable_grad() = torch::Tensor();
       p.requires_grad_(on);
-      if (on) p.mutable_grad() = grad_.narrow(0, s.offset - begin, s.numel).view(s.shape);
+      if (on) p.mutable_grad() = grad_.narrow(0, s.offset - begin, s.numel()).view(s.shape);
     }
   } else {
     for (auto& p : params_) {

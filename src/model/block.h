@@ -12,22 +12,13 @@
 
 namespace bcd {
 
-struct ParamSlot {
-  std::string name;              // e.g. "attn.wq"
-  std::vector<int64_t> shape;
-  int64_t offset = 0;            // elements from the start of the flat buffer
-  int64_t numel = 0;
-  bool decay = false;            // weight decay applies (matrices); norms and biases do not
-  std::string part;              // sub-block a BCD unit may train alone: "attn", "mlp"; "" = none
+// A slot (base/model_shape.h) placed in the block's flat buffer.
+struct ParamSlot : SlotShape {
+  int64_t offset = 0;  // elements from the start of the flat buffer
 };
 
 // A contiguous run of slots with the same part and decay flag, padded to Block::kAlign.
-struct Segment {
-  int64_t begin = 0, end = 0;    // elements of the flat buffer
-  bool decay = false;
-  std::string part;
-  int64_t numel() const { return end - begin; }
-};
+using Segment = SegmentShape;
 
 class Block {
  public:
@@ -38,13 +29,13 @@ class Block {
 
   // `storage`: the flat working buffer to use (numel() elements of opts' dtype, anywhere: a
   // streamed block's lives in host memory, model/llama.h), zeroed here; undefined: allocated.
-  Block(std::string name, std::vector<ParamSlot> slots, torch::TensorOptions opts, torch::Tensor storage = {});
+  Block(std::string name, const std::vector<SlotShape>& slots, torch::TensorOptions opts, torch::Tensor storage = {});
 
   const std::string& name() const { return name_; }
   int64_t numel() const { return numel_; }
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const std::vector<Segment>& segments() const { return segments_; }
-  std::vector<std::string> parts() const;  // distinct parts, in layout order
+  std::vector<Part> parts() const;  // distinct parts, in layout order
 
   // Flat working buffer (1-D); writing it changes what the model computes.
   torch::Tensor& data() { return data_; }
@@ -98,9 +89,9 @@ class Block {
   // `part` limits requires_grad to that part's slots ("" = every slot). The window, elements
   // [begin, end) of the flat buffer (end < 0: to the block's end), is what the gradient buffer
   // spans: a slot it cuts must be cut between rows (row_grad).
-  void set_trainable(bool trainable, const std::string& part = "", int64_t begin = 0, int64_t end = -1);
+  void set_trainable(bool trainable, Part part = Part::kNone, int64_t begin = 0, int64_t end = -1);
   bool trainable() const { return trainable_; }
-  const std::string& trainable_part() const { return trainable_part_; }
+  Part trainable_part() const { return trainable_part_; }
   void zero_grad();
 
   // Re-creates the parameter views over a new flat buffer of the same size and dtype
@@ -114,7 +105,7 @@ class Block {
   std::vector<ParamSlot> slots_;
   std::vector<Segment> segments_;
   int64_t numel_ = 0;
-  std::string trainable_part_;
+  Part trainable_part_ = Part::kNone;
   int64_t window_begin_ = 0, window_end_ = 0;  // the gradient buffer's elements while trainable
   torch::Tensor data_, grad_;
   torch::Tensor acc_;  // fp32 sum of grad_ over micro-batches (reduced-precision blocks)

@@ -192,10 +192,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts, std::o
   const int n = model_block_count(cfg);
   blocks_.reserve(n);
   for (int b = 0; b < n; ++b) {
-    std::vector<ParamSlot> slots;
-    for (SlotShape& s : model_block_slots(cfg, b))
-      slots.push_back({std::move(s.name), std::move(s.shape), 0, 0, s.decay, std::move(s.part)});
-    blocks_.emplace_back(model_block_name(cfg, b), std::move(slots), opts, store(b));
+    blocks_.emplace_back(model_block_name(cfg, b), model_block_slots(cfg, b), opts, store(b));
   }
 
   // Rotary tables, computed in fp32 on the CPU as transformers computes them (model/rope.h), then
@@ -266,7 +263,7 @@ int LlamaModel::block_index(const std::string& name) const {
 int64_t LlamaModel::num_params() const {
   int64_t n = 0;
   for (const Block& b : blocks_)
-    for (const auto& s : b.slots()) n += s.numel;
+    for (const auto& s : b.slots()) n += s.numel();
   return n;
 }
 

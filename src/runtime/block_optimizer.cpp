@@ -36,7 +36,7 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
       const Block& blk = model_.block(p.block);
       for (int s = 0; s < static_cast<int>(blk.segments().size()); ++s) {
         const Segment& seg = blk.segments()[s];
-        if (!p.part.empty() && seg.part != p.part) continue;
+        if (p.part != Part::kNone && seg.part != p.part) continue;
         const int64_t lo = std::max(seg.begin, p.begin), hi = std::min(seg.end, p.end);  // a slice's rows
         if (hi <= lo) continue;
         u.segs.push_back({p.block, s, u.elems, hi - lo, lo - seg.begin});

@@ -13,7 +13,7 @@ double matmul_flops_per_token(const Block& b, bool trainable_only) {
     const ParamSlot& s = b.slots()[i];
     if (s.shape.size() < 2 || s.name == "tok_embeddings") continue;
     if (trainable_only && !b.params()[i].requires_grad()) continue;
-    n += 2.0 * static_cast<double>(s.numel);
+    n += 2.0 * static_cast<double>(s.numel());
   }
   return n;
 }

@@ -109,7 +109,7 @@ void GradReducer::rebuild(LlamaModel& model, std::vector<const void*> views, std
     } else {
       Bucket k;
       k.block = it.block;
-      k.begin = slot.offset, k.end = slot.offset + slot.numel;
+      k.begin = slot.offset, k.end = slot.offset + slot.numel();
       k.params = 1;
       s->buckets.push_back(k);
     }

@@ -101,11 +101,11 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
   }
   if (run.reducer) {  // data parallel: the gradient's trip over the ranks
     const GradReducer::Stats& c = run.reducer->stats();
-    const double exposed_s = c.exposed_s_total + run.gather_s;  // sharded: the weights' all-gather too
+    const double exposed_s = c.exposed_s_total + run.ops().gather_s();  // sharded: the weights' all-gather too
     rec["comm_bytes_total"] = run.pg->bytes_sent();
     rec["comm_exposed_ms"] = 1e3 * (exposed_s - logged_exposed_s_);
     rec["comm_exposed_ms_total"] = 1e3 * exposed_s;
-    if (run.shards() > 1) rec["comm_gather_ms_total"] = 1e3 * run.gather_s;
+    if (run.shards() > 1) rec["comm_gather_ms_total"] = 1e3 * run.ops().gather_s();
     rec["comm_buckets"] = c.buckets;
     rec["comm_buckets_in_backward"] = c.started_in_backward;
     rec["comm_bucket_rebuilds"] = c.rebuilds;

@@ -26,7 +26,7 @@
 #endif
 
 #include "base/error.h"
-#include "runtime/run_identity.h"
+#include "runtime/rank_facts.h"
 
 #ifdef BCD_HAVE_C10D
 #include <c10/util/Logging.h>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "runtime/rank_facts.h"
 
 namespace bcd {
 
@@ -36,10 +37,6 @@ struct DistEnv {
 
 // The first host of a Slurm node list: "gpu[03-05,09],cpu1" -> "gpu03".
 std::string first_slurm_host(const std::string& nodelist);
-
-// What one rank says must be the same on every rank: ("key", value) pairs, e.g.
-// ("train.lr", "0.002"), in a fixed order (runtime/run_identity.h builds and compares them).
-using RankFacts = std::vector<std::pair<std::string, std::string>>;
 
 class ProcessGroup {
  public:

@@ -2,7 +2,6 @@
 #include "runtime/resume.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -12,8 +11,10 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "model/hf_config.h"
+#include "runtime/summary.h"
 
 namespace bcd {
 
@@ -49,6 +50,16 @@ void check_resume_overrides(const std::string& ckpt, const Config& stored, const
   if (!changed.empty())
     fmt::print(stderr, "bcdtrain: warning: resuming with changed settings: {}; the run continues, but not as the "
                        "uninterrupted run would have\n", changed);
+}
+
+void check_resume_tokenizer(const std::string& run_dir, const std::string& data_tokenizer) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return;
+  const std::string run_tok = find_tokenizer(run_dir);
+  if (run_tok.empty() || tokenizer_matches(data_tokenizer, run_dir)) return;
+  user_error("train --resume: the data was tokenized with {}, but the run in {} was trained with {}: its ids would "
+             "mean other pieces; resume on data prepared with --tokenizer {} (nothing in the run was changed)",
+             data_tokenizer, run_dir, run_tok, run_tok);
 }
 
 AutoResume decide_resume_auto(const Config& given) {
@@ -93,13 +104,11 @@ AutoResume decide_resume_auto(const Config& given) {
                  why, dir);
     };
     if (fs::exists(summary, ec)) {
-      const auto j = nlohmann::json::parse(read_file(summary, "run summary"), nullptr, /*allow_exceptions=*/false);
-      if (!j.is_object() || !j.contains("status") || !j["status"].is_string())
-        refuse(fmt::format("{}: not a run summary (corrupt: expected a JSON object with a \"status\")", summary));
-      if (j["status"] == "finished") {
-        const auto steps = j.find("steps");
+      const std::optional<SummaryStatus> s = read_summary_status(summary);
+      if (!s) refuse(fmt::format("{}: not a run summary (corrupt: expected a JSON object with a \"status\")", summary));
+      if (s->status == "finished") {
         out.kind = AutoResume::kFinished;
-        out.steps = steps != j.end() && steps->is_number_integer() ? steps->get<int64_t>() : int64_t{0};
+        out.steps = s->steps;
         return out;
       }
     } else if (fs::exists(dir + "/model.h5", ec)) {

@@ -18,6 +18,13 @@ namespace bcd {
 // (where and how it runs: paths, logging, memory, threads, device, ranks) are applied silently.
 void check_resume_overrides(const std::string& ckpt, const Config& stored, const Config& now);
 
+// A run keeps its tokenizer: a resume whose data (`data_tokenizer`, the tokenizer file of its
+// first dataset) was tokenized with another tokenizer than the run's, the one in `run_dir`
+// (copied there when the run started), would train on ids that now mean other pieces. UserError
+// naming both, before anything in the run directory is written. A run directory without a
+// tokenizer has nothing to compare with.
+void check_resume_tokenizer(const std::string& run_dir, const std::string& data_tokenizer);
+
 // --resume auto, for scripts that repeat one command line: the run directory of `given`
 // (train.run_dir) goes on from its newest checkpoint when it holds a run of this config, starts
 // when it holds none, and is left alone when its run has finished. A directory holding a run of

@@ -80,8 +80,8 @@ void RunGuard::start_step(int64_t step, bool switch_due, const std::function<voi
       try {
         if (run_.can_checkpoint()) {
           ahead_.give_back(run_);
-          if (switch_due) run_.switch_unit();  // as every checkpoint is written: the next unit active
-          const std::string ck = save_checkpoint(run_, done);
+          if (switch_due) run_.ops().switch_unit();  // as every checkpoint is written: the next unit active
+          const std::string ck = save_checkpoint(run_.train_state(), done);
           kept = fmt::format("every unit's state could still be read: saved the checkpoint {}; once the drive is fixed, "
                              "continue with `bcdtrain train --resume {}` (nothing is lost)",
                              ck, dir);
@@ -150,10 +150,10 @@ bool RunGuard::checkpoint_or_stop(int64_t step, bool due, bool& switch_due, Trai
   if (run_.can_checkpoint() && (stop || due)) {
     const auto t0 = std::chrono::steady_clock::now();
     ahead_.give_back(run_);  // the checkpoint records the loader before the next step's batch
-    if (switch_due) run_.switch_unit(), switch_due = false;  // the next step would start with it
+    if (switch_due) run_.ops().switch_unit(), switch_due = false;  // the next step would start with it
     std::string path;
     try {
-      path = save_checkpoint(run_, step);  // every rank: sharded state is gathered
+      path = save_checkpoint(run_.train_state(), step);  // every rank: sharded state is gathered
     } catch (const UserError& e) {
       // The run stops: going on without checkpoints would risk more work than it saves.
       user_error("{}; training stopped after step {}; {}", e.what(), step,

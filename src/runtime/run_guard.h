@@ -13,7 +13,7 @@
 #include "data/batch.h"
 #include "runtime/metrics.h"
 #include "runtime/run_setup.h"
-#include "runtime/trainer.h"
+#include "runtime/summary.h"
 
 namespace bcd {
 
@@ -30,7 +30,7 @@ struct RunAhead {
   void run(RunSetup& r) {
     loader_before = r.train_loader.state();
     batch = r.train_loader.next();
-    below = r.model.frozen_prefix(batch.tokens, r.grad_from());
+    below = r.model.frozen_prefix(batch.tokens, r.ops().grad_from());
   }
   Batch take(torch::Tensor& below_out) {
     below_out = std::exchange(below, {});

@@ -12,21 +12,9 @@
 #include "base/config.h"
 #include "data/loader.h"
 #include "memory/planner.h"
-#include "runtime/process_group.h"
+#include "runtime/rank_facts.h"
 
 namespace bcd {
-
-// FNV-1a (64 bits) of `bytes` in hex: the quick equality check of ranks' descriptions and of the
-// small files they name.
-std::string fnv1a_hex(const std::string& bytes);
-
-// Ranks as a reader wants them: {1} -> "rank 1", {0, 2, 3, 5} -> "ranks 0, 2-3, 5".
-std::string rank_ranges(std::vector<int> ranks);
-
-// Where ranks' facts differ (facts_of[r] is rank r's): one clause per key that is not the same
-// everywhere, "train.lr: 0.002 on ranks 0, 2-3; 0.5 on rank 1", joined by " | " (at most
-// `max_keys`, then how many more); "" when every rank says the same.
-std::string rank_differences(const std::vector<RankFacts>& facts_of, size_t max_keys = 8);
 
 // Whether config key "section.key" may differ from rank to rank: what a rank's own machine has
 // and where it keeps things (threads, the device's peak, every [memory] budget, drive and home,

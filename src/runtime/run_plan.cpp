@@ -6,13 +6,14 @@
 #include <filesystem>
 #include <optional>
 
+#include "base/bytes.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "data/tokenizer.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
 #include "runtime/cuda_torch.h"
-#include "runtime/run_setup.h"
+#include "runtime/machine.h"
 
 namespace bcd {
 
@@ -63,6 +64,41 @@ std::string format_run_plan(const RunPlan& rp) {
                       rp.shards > 1 ? "block state sharded: each rank holds 1/" + std::to_string(rp.shards)
                                     : "dist.shard_state = false: each rank holds all the block state");
   return out + format_plan(rp.plan);
+}
+
+
+// The tokenizer that came with [model] init_from, where there is one: in an HF directory, beside
+// an imported .h5 (import copies it there), in the run directory of a model.h5 or a checkpoint.
+std::string init_from_tokenizer(const std::string& init_from) {
+  namespace fs = std::filesystem;
+  if (init_from.empty()) return "";
+  std::vector<fs::path> candidates;
+  const std::string hf = hf_init_dir(init_from);
+  if (!hf.empty()) {
+    candidates.push_back(fs::path(hf));
+  } else {
+    const fs::path dir = fs::path(init_from).has_parent_path() ? fs::path(init_from).parent_path() : fs::path(".");
+    candidates.push_back(dir);
+    if (dir.filename() == "checkpoints") candidates.push_back(dir.parent_path());
+  }
+  std::error_code ec;
+  for (const fs::path& c : candidates)
+    if (fs::is_directory(c, ec))
+      if (std::string tok = find_tokenizer(c.string()); !tok.empty()) return tok;
+  return "";
+}
+
+void check_eval_fits(const ModelConfig& model, const TrainConfig& train, int64_t batch, int64_t seq_len) {
+  TrainConfig at = train;
+  at.batch_size = batch;
+  at.seq_len = seq_len;
+  UnitShape top;  // nothing trains: only the top layer's forward is held
+  top.first_layer = static_cast<int>(model.n_layers) - 1;
+  const uint64_t need = estimate_activation_bytes(model, at, top), avail = meminfo_bytes("MemAvailable");
+  if (need > avail)
+    user_error("eval: a batch of {} sequences of {} tokens needs about {} of activations, {} of memory is "
+               "available: give a smaller --batch-size",
+               batch, seq_len, format_bytes(need), format_bytes(avail));
 }
 
 }  // namespace bcd

@@ -43,4 +43,14 @@ RunPlan resolve_plan(const Config& cfg, const PlanSite& site, const TokenDataset
 // The `bcdtrain plan` report: a line on the ranks when there are several, then format_plan.
 std::string format_run_plan(const RunPlan& rp);
 
+// The tokenizer that comes with weights (an [model] init_from value, or a file eval and generate
+// read), where there is one: in an HF directory ("hf:DIR"), beside an imported .h5 (import
+// copies it there), in the run directory of a model.h5 or of a checkpoint; "" when none.
+std::string init_from_tokenizer(const std::string& init_from);
+
+// `eval`'s forward pass over batches of `batch` sequences of `seq_len` tokens: one layer's
+// transients and the logits at a time (the planner's estimate); UserError naming --batch-size when
+// that is more than this machine's available memory.
+void check_eval_fits(const ModelConfig& model, const TrainConfig& train, int64_t batch, int64_t seq_len);
+
 }  // namespace bcd

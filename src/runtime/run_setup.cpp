@@ -7,12 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <thread>
-
-#ifdef BCD_HAVE_CUDA_KERNELS
-#include "kernels/adamw_cuda.h"
-#include "kernels/host_memory.h"
-#endif
 
 #include "base/error.h"
 #include "base/files.h"
@@ -21,9 +15,8 @@
 #include "model/hf_config.h"
 #include "model/hf_import.h"
 #include "runtime/cuda_torch.h"
-#include "runtime/flops.h"
+#include "runtime/resume.h"
 #include "runtime/run_identity.h"
-#include "runtime/train_state.h"
 
 namespace bcd {
 
@@ -76,8 +69,10 @@ std::vector<DataSource> open_sources(const DataConfig& data) {
 }
 
 // The dataset's tokenizer, checked against the dataset: a tokenizer.model swapped for another
-// one would train on ids that mean other words, and fail only when sampling at the end.
-Tokenizer dataset_tokenizer(const TokenDataset& ds) {
+// one would train on ids that mean other words, and fail only when sampling at the end. A resume
+// (`resumed_run_dir` not empty) checks it against the run's own (resume.h).
+Tokenizer dataset_tokenizer(const TokenDataset& ds, const std::string& resumed_run_dir = "") {
+  if (!resumed_run_dir.empty()) check_resume_tokenizer(resumed_run_dir, ds.tokenizer_path());
   Tokenizer tok = Tokenizer::load(ds.tokenizer_path());
   if (tok.vocab_size() != ds.vocab_size())
     user_error("{}: has {} pieces, but the dataset beside it was tokenized with vocab_size {}: it is not the "
@@ -197,27 +192,6 @@ std::vector<int> fixed_order(const std::vector<TrainUnit>& units, const BcdConfi
 
 }  // namespace
 
-// The tokenizer that came with [model] init_from, where there is one: in an HF directory, beside
-// an imported .h5 (import copies it there), in the run directory of a model.h5 or a checkpoint.
-std::string init_from_tokenizer(const std::string& init_from) {
-  namespace fs = std::filesystem;
-  if (init_from.empty()) return "";
-  std::vector<fs::path> candidates;
-  const std::string hf = hf_init_dir(init_from);
-  if (!hf.empty()) {
-    candidates.push_back(fs::path(hf));
-  } else {
-    const fs::path dir = fs::path(init_from).has_parent_path() ? fs::path(init_from).parent_path() : fs::path(".");
-    candidates.push_back(dir);
-    if (dir.filename() == "checkpoints") candidates.push_back(dir.parent_path());
-  }
-  std::error_code ec;
-  for (const fs::path& c : candidates)
-    if (fs::is_directory(c, ec))
-      if (std::string tok = find_tokenizer(c.string()); !tok.empty()) return tok;
-  return "";
-}
-
 RunSetup::RunSetup(Config config, std::string resume)
     : cfg(std::move(config)),
       dist_env(DistEnv::from_environment()),
@@ -226,7 +200,7 @@ RunSetup::RunSetup(Config config, std::string resume)
       reducer(pg->world_size() > 1 ? std::make_unique<GradReducer>(*pg, cfg.dist.bucket_bytes.value) : nullptr),
       sources(open_sources(cfg.data)),
       ds(sources.front().ds),
-      tok(dataset_tokenizer(ds)),
+      tok(dataset_tokenizer(ds, resume.empty() ? "" : cfg.train.run_dir)),
       train_loader(sources, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
       plan(agreed_by_every_rank(*pg, plan_run(cfg, sources, device, dist_env.local_world_size, pg->world_size(), acct),
@@ -255,15 +229,15 @@ RunSetup::RunSetup(Config config, std::string resume)
   // Resume: weights, schedule, data position, optimizer state per unit.
   if (!resume_from.empty()) {
     const auto t0 = Clock::now();
-    first_step = read_train_state(*this, resume_from) + 1;
+    first_step = read_train_state(train_state(), resume_from) + 1;
     resume_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (first_step > cfg.train.steps)
       user_error("{}: checkpoint is at step {} but train.steps is {}; give --train.steps=N to go further",
                  resume_from, first_step - 1, cfg.train.steps);
-  } else if (block_opt) {
-    block_opt->activate(sched.current());
+  } else {
+    ops_->switch_unit();
   }
-  prefetch();
+  ops_->prefetch();
 }
 
 void RunSetup::make_optimizer() {
@@ -290,203 +264,22 @@ void RunSetup::make_optimizer() {
         streamed->switch_blocks(prev, next);
       });
   }
+  ops_.emplace(StepOps::Parts{cfg, *pg, model, units, sched, reducer.get(), torch_opt.get(), block_opt.get(), shards()});
   if (torch_opt && !resume_from.empty())  // checkpoint_every with torch is refused when the config loads
     user_error("config: --resume needs [optim] impl = \"fused\" (got \"torch\")");
 }
 
-void RunSetup::switch_unit() {
-  if (block_opt) block_opt->activate(sched.current());
-}
-
-void RunSetup::prefetch() {
-  if (block_opt) block_opt->prefetch(sched.lookahead(static_cast<int>(cfg.memory.prefetch_depth)));
-}
-
-int RunSetup::grad_from() const { return cfg.bcd.enabled ? units[sched.current()].lowest_block() : 0; }
-
-void RunSetup::arm_reduction() {
-  static const std::vector<GradRange> kNotSharded;
-  if (reducer) reducer->arm(model, shards() > 1 ? block_opt->grad_ranges() : kNotSharded);
-}
-
-torch::Tensor RunSetup::clip_gradients() {
-  if (shards() == 1) return clip_grad_norm(model, cfg.train.grad_clip);
-  std::vector<GradRange> mine;
-  for (const GradRange& g : block_opt->grad_ranges())
-    if (g.rank == pg->rank()) mine.push_back(g);
-  return clip_grad_norm(model, cfg.train.grad_clip, mine,
-                        [&](double sq) { return pg->sum_over_ranks({sq})[0]; });
-}
-
-void RunSetup::reduce_gradients() {
-  if (reducer) reducer->finish();
-}
-
-void RunSetup::accumulate_gradients(bool final_micro_batch) {
-  if (!(final_micro_batch && reducer)) model.accumulate_grads();
-}
-
-double RunSetup::step_flops() const {
-  return micro_batch_flops(model, grad_from(), cfg.train.batch_size, cfg.train.seq_len).total() *
-         static_cast<double>(cfg.train.grad_accum);
-}
-
-bool RunSetup::can_run_ahead(int64_t step) const {
-  return reducer && cfg.dist.overlap_forward && cfg.bcd.enabled && grad_from() > 0 && step < cfg.train.steps &&
-         sched.step_in_visit() + 1 < static_cast<uint64_t>(sched.switch_every());
+TrainState RunSetup::train_state() {
+  BCD_CHECK(block_opt, "train_state: checkpoints need the fused optimizer");
+  return TrainState{cfg, *pg, model, units, sched, train_loader, *block_opt, streamed.get(), tokens_per_step()};
 }
 
 int RunSetup::shards() const {
   return state_shards(cfg, pg->world_size());
 }
 
-void RunSetup::update(double lr) {
-  if (torch_opt) return torch_opt->step(lr);
-  block_opt->step(lr);
-  if (block_opt->shard_count() == 1) return;
-  const auto t0 = Clock::now();
-  const torch::Tensor mine = block_opt->owned_weights();
-  const torch::Tensor all = torch::empty({mine.numel() * pg->world_size()}, mine.options());
-  // bf16 travels as fp16 bit patterns (a gather copies bytes; every backend carries fp16).
-  const auto wire = [](const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t; };
-  pg->all_gather(wire(mine), wire(all));
-  block_opt->set_gathered_weights(all);
-  gather_s += std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 int64_t RunSetup::tokens_per_step() const {
   return cfg.train.batch_size * cfg.train.seq_len * cfg.train.grad_accum * pg->world_size();
-}
-
-std::vector<std::string> RunSetup::banner() const {
-  const ModelConfig& mc = cfg.model;
-  const TrainConfig& tc = cfg.train;
-  const BcdConfig& bc = cfg.bcd;
-  std::vector<std::string> lines;
-  lines.push_back(fmt::format("model: {} layers, d_model {}, {} heads ({} kv), vocab {}, {:.2f}M parameters in {} blocks",
-                              mc.n_layers, mc.d_model, mc.n_heads, mc.kv_heads(), mc.vocab_size,
-                              static_cast<double>(model.num_params()) / 1e6, model.n_blocks()));
-  for (const DataSource& s : sources)
-    lines.push_back(fmt::format("data: {} train / {} val tokens ({}{}), unigram val loss {:.4f}",
-                                s.ds.n_tokens(Split::kTrain), s.ds.n_tokens(Split::kVal), s.ds.dir(),
-                                sources.size() > 1 ? fmt::format(", {:.1f}% of the windows", 100 * s.weight) : "",
-                                s.ds.unigram_val_loss()));
-  lines.push_back(fmt::format("train: {} steps x {} tokens/step, {} AdamW ({}) lr {:g}, {} working weights, on {}{}",
-                              tc.steps, tokens_per_step(), name_of(cfg.optim.impl),
-                              bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, name_of(tc.dtype),
-                              device.is_cuda() ? "cuda" : "cpu",
-                              device.is_cuda() ? "" : fmt::format(" with {} threads", torch::get_num_threads())));
-  // What the MFU in metrics.jsonl is measured against, and where that figure came from.
-  const std::string gpu = device.is_cuda() ? cuda_device_name(cuda_index(device)) : "";
-  if (peak_tflops)
-    lines.push_back(fmt::format("utilisation: MFU against a peak of {:g} TFLOP/s ({})", *peak_tflops,
-                                tc.peak_tflops > 0 ? "train.peak_tflops" : fmt::format("{}, {} dense", gpu, name_of(tc.dtype))));
-  else if (device.is_cuda())
-    lines.push_back(fmt::format("utilisation: no MFU: {} is not in the table of known GPUs (set train.peak_tflops)",
-                                gpu.empty() ? std::string("the GPU") : gpu));
-  if (bc.enabled) {
-    std::string names;
-    for (const auto& u : units) names += (names.empty() ? "" : " ") + u.name;
-    lines.push_back(fmt::format("bcd: {} blocks [{}], {} steps per visit, order {}, moments {} on switch", units.size(),
-                                names, bc.switch_every, name_of(bc.order), name_of(bc.state_on_switch)));
-  }
-  if (block_opt && units.size() > 1) {
-    int on_nvme = 0;
-    for (Tier t : plan.unit_home) on_nvme += t == Tier::kNvme ? 1 : 0;
-    auto gib = [](uint64_t b) { return static_cast<double>(b) / (1 << 30); };
-    lines.push_back(fmt::format("memory: compute {:.3f} GiB (plan {:.3f}), pinned pool {} x {:.1f} MiB, state homes: "
-                                "{} units in host memory, {} on NVMe",
-                                gib(acct.usage(Pool::kCompute).total), gib(plan.compute.total()),
-                                block_opt->stager().slab_count(),
-                                static_cast<double>(block_opt->stager().slab_bytes()) / (1 << 20),
-                                static_cast<int>(units.size()) - on_nvme, on_nvme));
-  }
-  if (streamed) {
-    const StreamPlan& sp = plan.stream;
-    lines.push_back(fmt::format("weights: {} of {} layers streamed ({:.2f} GiB from host memory{}{}), window {} x {:.1f} MiB; "
-                                "plan: {:.2f} GB per step, {:.1f} ms of copies against {:.1f} ms of compute ({:g} GB/s, "
-                                "{:g} TFLOP/s assumed)",
-                                streamed->streamed_count(), cfg.model.n_layers,
-                                static_cast<double>(streamed->host_bytes()) / (1 << 30),
-                                streamed->shared() ? fmt::format(", one copy shared by {} ranks", dist_env.local_world_size) : "",
-                                streamed->nvme_count() > 0 ? fmt::format("; {} layers from NVMe", streamed->nvme_count()) : "",
-                                streamed->depth(), static_cast<double>(sp.slot_bytes) / (1 << 20),
-                                static_cast<double>(sp.bytes_per_step) / 1e9, 1e3 * sp.copy_s_per_step,
-                                1e3 * sp.compute_s_per_step, sp.gbps, sp.tflops));
-  }
-  if (pg->world_size() > 1)
-    lines.push_back(fmt::format("dist: {} ranks ({}), {} sequences per rank per micro-batch, gradient buckets of "
-                                "{:.0f} MiB, {}",
-                                pg->world_size(), pg->backend(), tc.batch_size,
-                                static_cast<double>(cfg.dist.bucket_bytes.value) / (1 << 20),
-                                shards() > 1 ? fmt::format("block state sharded (each rank owns 1/{})", shards())
-                                             : std::string("block state replicated on every rank")));
-  if (!resume_from.empty())
-    lines.push_back(fmt::format("resumed from {} at step {} (read in {:.2f} s)", resume_from, first_step - 1, resume_s));
-  return lines;
-}
-
-// ---- Device and threads ----
-
-int cuda_device_for_rank(int local_rank, int local_ranks, int visible) {
-  BCD_CHECK(local_rank >= 0 && local_rank < std::max(local_ranks, 1) && visible >= 1,
-            "cuda_device_for_rank({}, {}, {})", local_rank, local_ranks, visible);
-  if (local_rank < visible && local_ranks <= visible) return local_rank;  // one GPU each, as torchrun
-  if (visible == 1) return 0;  // each rank was handed its own (Slurm --gpus-per-task, CUDA_VISIBLE_DEVICES)
-  user_error("config: [train] device = \"cuda\": {} ranks on this machine but {} GPUs visible to local rank {}; "
-             "each rank needs a GPU of its own (start at most {} ranks here, or give each rank one GPU through "
-             "CUDA_VISIBLE_DEVICES)",
-             local_ranks, visible, local_rank, visible);
-}
-
-torch::Device resolve_device(DeviceChoice device, int local_rank, int local_ranks) {
-#ifdef BCD_HAVE_CUDA_KERNELS
-  const bool built = true;
-#else
-  const bool built = false;
-#endif
-  const bool usable = built && torch::cuda::is_available();
-  if (device == DeviceChoice::kCpu || (device == DeviceChoice::kAuto && !usable)) return torch::kCPU;
-  if (!usable)
-    user_error("config: [train] device = \"cuda\" but {}", built ? "LibTorch finds no usable CUDA device (is this LibTorch built with CUDA, is a GPU visible?)"
-                                                                 : "this build has no CUDA kernels (configure with -DBCD_CUDA=ON and a CUDA toolkit)");
-  const int index = cuda_device_for_rank(local_rank, local_ranks, static_cast<int>(torch::cuda::device_count()));
-  // This rank's GPU is current before anything touches CUDA (no context on another GPU, the
-  // allocator initialised for cap_cuda_allocator).
-  start_cuda_device(index);
-#ifdef BCD_HAVE_CUDA_KERNELS
-  const std::string why = adamw_cuda_unsupported_reason(index);
-  if (!why.empty()) {
-    if (device == DeviceChoice::kAuto) return torch::kCPU;
-    user_error("config: [train] device = \"cuda\" but {}", why);
-  }
-#endif
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-}
-
-void apply_device_budget(MemoryConfig& mem, const torch::Device& device) {
-  if (!device.is_cuda() || !mem.compute_bytes.is_auto) return;
-#ifdef BCD_HAVE_CUDA_KERNELS
-  const size_t total = cuda_device_total_bytes(cuda_index(device));
-  if (total > 0) mem.compute_bytes = Bytes{total, false};
-#endif
-}
-
-void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks) {
-  if (local_ranks <= 1) return;
-  const auto share = [&](const char* key) { return Bytes{meminfo_bytes(key) / static_cast<uint64_t>(local_ranks), false}; };
-  if (mem.host_bytes.is_auto) mem.host_bytes = share("MemAvailable");
-  if (mem.compute_bytes.is_auto && !device.is_cuda()) mem.compute_bytes = share("MemTotal");
-}
-
-void configure_threads(int64_t threads, int local_ranks) {
-  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  // More threads than a few per core only slow a run down; far more exhaust the machine.
-  if (threads > 4 * cores)
-    user_error("config: [train] threads = {}: at most 4 per core ({} on this machine; 0 = one per core)", threads,
-               4 * cores);
-  const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, cores / std::max(1, local_ranks));
-  torch::set_num_threads(static_cast<int>(n));
 }
 
 }  // namespace bcd

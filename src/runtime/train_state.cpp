@@ -13,7 +13,6 @@
 #include "base/error.h"
 #include "base/progress.h"
 #include "io/checkpoint.h"
-#include "runtime/run_setup.h"
 
 namespace bcd {
 
@@ -40,25 +39,25 @@ void write_optimizer_state(BlockAdamW& opt, const std::vector<TrainUnit>& units,
 // Every rank's part of a save went well, or every rank stops with an error: the rank that failed
 // with its own, the others naming it. `failed`: this rank's error ("" when none); `written`: the
 // file this rank committed in this part, removed when the save is given up.
-void agree(RunSetup& run, const std::string& failed, const std::string& path, const std::string& written,
+void agree(const TrainState& run, const std::string& failed, const std::string& path, const std::string& written,
            const char* part) {
-  const double failures = run.pg->sum_over_ranks({failed.empty() ? 0.0 : 1.0})[0];
+  const double failures = run.pg.sum_over_ranks({failed.empty() ? 0.0 : 1.0})[0];
   if (failures == 0) return;
   std::error_code ec;
   if (!written.empty()) fs::remove(written, ec);  // a slice of no checkpoint
   if (!failed.empty()) user_error("{}", failed);
   user_error("{}: not written: {} of {} ranks could not write {} (their errors say why)", path,
-             static_cast<int>(failures), run.pg->world_size(), part);
+             static_cast<int>(failures), run.pg.world_size(), part);
 }
 
 // Rank 0's checkpoint file: weights, schedule, data position, and the optimizer state itself
 // (not sharded) or the token of its slice files.
-void write_checkpoint_file(RunSetup& run, int64_t step, const std::string& token, CheckpointWriter& w) {
-  BlockAdamW& opt = *run.block_opt;
+void write_checkpoint_file(const TrainState& run, int64_t step, const std::string& token, CheckpointWriter& w) {
+  BlockAdamW& opt = run.opt;
   w.attr("/", "config", config_to_toml(run.cfg));
   w.attr("/", "step", step);
-  w.attr("/", "tokens", step * run.tokens_per_step());
-  w.attr("/", "world_size", static_cast<int64_t>(run.pg->world_size()));
+  w.attr("/", "tokens", step * run.tokens_per_step);
+  w.attr("/", "world_size", static_cast<int64_t>(run.pg.world_size()));
   for (int i = 0; i < run.model.n_blocks(); ++i) {
     const Block& b = run.model.block(i);
     const BlockAccess access(run.model, i);  // a streamed block homed on NVMe is read back for this
@@ -93,13 +92,13 @@ void write_checkpoint_file(RunSetup& run, int64_t step, const std::string& token
 
 std::string rank_group(int rank) { return "/rank" + std::to_string(rank); }
 
-std::string save_checkpoint(RunSetup& run, int64_t step) {
+std::string save_checkpoint(const TrainState& run, int64_t step) {
   const std::string dir = run.cfg.train.run_dir + "/checkpoints";
   const std::string path = fmt::format("{}/step-{:08d}.h5", dir, step);
-  BlockAdamW& opt = *run.block_opt;
-  const int shards = opt.shard_count(), rank = run.pg->rank();
+  BlockAdamW& opt = run.opt;
+  const int shards = opt.shard_count(), rank = run.pg.rank();
   std::error_code ec;
-  if (run.is_root() || shards > 1) fs::create_directories(dir, ec);
+  if (run.pg.is_root() || shards > 1) fs::create_directories(dir, ec);
   if (ec) user_error("{}: cannot create ({})", dir, ec.message());
 
   // Sharded: every rank writes its slice under the token rank 0 draws for this save; the
@@ -107,13 +106,13 @@ std::string save_checkpoint(RunSetup& run, int64_t step) {
   std::string token, slice;
   if (shards > 1) {
     double drawn = 0;
-    if (run.is_root()) {
+    if (run.pg.is_root()) {
       std::random_device rd;
       const uint64_t bits = (static_cast<uint64_t>(rd()) << 32 | rd()) ^
                             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
       drawn = static_cast<double>(bits & ((uint64_t{1} << 40) - 1));  // exact as a double
     }
-    token = fmt::format("{:010x}", static_cast<uint64_t>(run.pg->sum_over_ranks({drawn})[0]));
+    token = fmt::format("{:010x}", static_cast<uint64_t>(run.pg.sum_over_ranks({drawn})[0]));
     std::string failed;
     try {
       CheckpointWriter w(checkpoint_shard_path(path, rank, shards, token));
@@ -132,7 +131,7 @@ std::string save_checkpoint(RunSetup& run, int64_t step) {
   }
 
   std::string failed;
-  if (run.is_root()) {
+  if (run.pg.is_root()) {
     try {
       CheckpointWriter w(path);
       write_checkpoint_file(run, step, token, w);
@@ -141,9 +140,9 @@ std::string save_checkpoint(RunSetup& run, int64_t step) {
       failed = e.what();
     }
   }
-  if (run.pg->world_size() > 1) agree(run, failed, path, slice, "the checkpoint file");
+  if (run.pg.world_size() > 1) agree(run, failed, path, slice, "the checkpoint file");
   else if (!failed.empty()) user_error("{}", failed);
-  if (!run.is_root()) return "";
+  if (!run.pg.is_root()) return "";
   prune_checkpoints(dir, run.cfg.train.keep_checkpoints);
   return path;
 }
@@ -181,7 +180,7 @@ LoaderState read_loader_state(const CheckpointReader& ck, const std::string& pat
 
 }  // namespace
 
-int64_t read_train_state(RunSetup& run, const std::string& path) {
+int64_t read_train_state(const TrainState& run, const std::string& path) {
   CheckpointReader ck(path);
   if (ck.has_attr("/", "shard_of"))
     user_error("{}: one rank's slice of the checkpoint {}: resume from that file, or from the run directory", path,
@@ -215,7 +214,7 @@ int64_t read_train_state(RunSetup& run, const std::string& path) {
   // The optimizer state: whole units in this file (/rank0/optimizer), or rank k of n's slice in
   // its slice file (/rank<k>/optimizer). Each unit's state of this run's slice is cut from the
   // slices it overlaps: the same world size reads its own file, another re-slices.
-  BlockAdamW& opt = *run.block_opt;
+  BlockAdamW& opt = run.opt;
   const int64_t n = ck.has_attr("/", "optimizer_shards") ? ck.attr_int("/", "optimizer_shards") : 1;
   if (n < 1 || n > (int64_t{1} << 20)) user_error("{}: optimizer_shards = {}: expected 1 to 2^20 slices", path, n);
   const std::string token = n > 1 ? ck.attr_str("/", "shard_token") : "";

@@ -16,10 +16,30 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "data/loader.h"
+#include "model/llama.h"
+#include "runtime/bcd_scheduler.h"
+#include "runtime/block_optimizer.h"
+#include "runtime/process_group.h"
+#include "runtime/streamed_weights.h"
 
 namespace bcd {
 
-class RunSetup;
+// What a checkpoint holds of a run, where it lives in the run (runtime/run_setup.h hands it over).
+struct TrainState {
+  const Config& cfg;
+  ProcessGroup& pg;
+  LlamaModel& model;
+  const std::vector<TrainUnit>& units;
+  BcdScheduler& sched;
+  DataLoader& train_loader;
+  BlockAdamW& opt;             // the fused optimizer: checkpoints need it
+  StreamedWeights* streamed;   // the streamed layers' weights, or none
+  int64_t tokens_per_step;     // over all ranks
+};
 
 // "/rank<r>": the group of what rank r owns.
 std::string rank_group(int rank);
@@ -30,10 +50,10 @@ std::string rank_group(int rank);
 // it; sharded, each writes its slice file; rank 0 writes the checkpoint file, the others return
 // "". A rank that cannot write its part makes every rank's call a UserError, and no slice of
 // that save stays behind.
-std::string save_checkpoint(RunSetup& run, int64_t step);
+std::string save_checkpoint(const TrainState& run, int64_t step);
 
 // Restores a checkpoint into a freshly set-up run; returns the step it was written after.
 // UserError naming the file when it does not match the run (blocks, units, schedule).
-int64_t read_train_state(RunSetup& run, const std::string& path);
+int64_t read_train_state(const TrainState& run, const std::string& path);
 
 }  // namespace bcd

@@ -26,6 +26,7 @@
 #include "model/weights.h"
 #include "runtime/plots.h"
 #include "runtime/process_group.h"
+#include "runtime/run_banner.h"
 #include "runtime/run_guard.h"
 #include "runtime/sampler.h"
 #include "runtime/train_state.h"
@@ -130,12 +131,12 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
   for (int64_t step = run.first_step; step <= tc.steps; ++step) {
     const auto t0 = Clock::now();
     guard.start_step(step, switch_due, [&] {
-      if (switch_due) run.switch_unit();                                 // switch blocks
-      run.prefetch();                                                    // look-ahead
+      if (switch_due) run.ops().switch_unit();                                 // switch blocks
+      run.ops().prefetch();                                                    // look-ahead
     });
     if (run.streamed) run.streamed->take();  // what validation or sampling streamed is not this step's
     StepStats s;
-    s.step = step, s.unit = run.sched.current(), s.flops = run.step_flops();
+    s.step = step, s.unit = run.sched.current(), s.flops = run.ops().step_flops();
     s.lr = lr_at(tc, step - 1) * visit_lr_factor(run.cfg.bcd, run.sched.step_in_visit());
     run.model.zero_grad();
     torch::Tensor loss_sum;  // on the device; read on the steps that need the figure
@@ -146,23 +147,23 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
         Batch batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
         // forward (no autograd below the active unit), the loss over grad_accum; the head's
         // gradient is computed in it, straight into its block's fp32 sum (model/fused_loss.h)
-        torch::Tensor loss = run.model.loss(batch, run.grad_from(), below,
+        torch::Tensor loss = run.model.loss(batch, run.ops().grad_from(), below,
                                             {1.0 / static_cast<double>(tc.grad_accum), /*grad_into_blocks=*/true});
-        if (last) run.arm_reduction();        // buckets go out as backward fills them
+        if (last) run.ops().arm_reduction();        // buckets go out as backward fills them
         loss.backward();                      // backward stops at the active unit
-        run.accumulate_gradients(last);       // bf16: summed in fp32
+        run.ops().accumulate_gradients(last);       // bf16: summed in fp32
         loss_sum = micro == 0 ? loss.detach() : loss_sum + loss.detach();
       }
     });
-    if (run.can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
-    run.reduce_gradients();                                              // mean over ranks (the rest of the buckets)
+    if (run.ops().can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
+    run.ops().reduce_gradients();                                              // mean over ranks (the rest of the buckets)
     const bool validate = (tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps;
     const bool logs = step % tc.log_every == 0 || step == tc.steps || validate;
     const bool checkpoint = tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || step == tc.steps);
     // Reading the loss waits for the step's compute: on a GPU only the steps that need it do.
     s.loss = guard.read_loss(step, loss_sum, logs || checkpoint);
-    const torch::Tensor grad_norm = run.clip_gradients();               // clip
-    run.update(s.lr);                                                    // AdamW
+    const torch::Tensor grad_norm = run.ops().clip_gradients();               // clip
+    run.ops().update(s.lr);                                                    // AdamW
     take_stream_stats(run, s);
     if (logs) s.grad_norm = grad_norm.item<double>();
     rate.add(seconds_since(t0), s.flops);
@@ -284,31 +285,6 @@ std::unique_ptr<DirLock> claim_run_dir(const Config& cfg, bool resuming, bool ov
 
 namespace {
 
-// <run_dir>/summary.json, written atomically: how the run ended and the figures runs are compared
-// on (scripts/batch.sh tabulates them).
-void write_summary(const std::string& run_dir, const nlohmann::json& j) {
-  write_file_atomic(run_dir + "/summary.json", j.dump(2) + "\n", "run summary");
-}
-
-nlohmann::json run_summary(const char* status, const TrainSummary& sum, int64_t total_steps, double wall_s) {
-  auto number = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
-  nlohmann::json j;
-  j["status"] = status;
-  j["steps"] = sum.steps;
-  j["total_steps"] = total_steps;
-  j["final_loss"] = sum.steps > 0 ? number(sum.final_loss) : nlohmann::json(nullptr);
-  j["final_val_loss"] = sum.final_val_loss ? number(*sum.final_val_loss) : nlohmann::json(nullptr);
-  j["tokens_per_s"] = sum.tokens_per_s > 0 ? nlohmann::json(sum.tokens_per_s) : nlohmann::json(nullptr);
-  nlohmann::json peak = nlohmann::json::object();
-  for (const char* pool : {"compute", "pinned", "host", "nvme"})
-    peak[pool] = sum.memory.contains(pool) ? sum.memory[pool].value("peak", uint64_t{0}) : uint64_t{0};
-  j["peak_bytes"] = peak;
-  j["rss_peak_bytes"] = sum.rss_peak_bytes;
-  j["stall_ms_total"] = 1e3 * sum.staging.stall_s;
-  j["wall_s"] = wall_s;
-  return j;
-}
-
 // The run itself (run_training's work); `sum` is filled as it goes, so a failure still tells how
 // far it got.
 // The directories a run's NVMe stores make below memory.nvme_paths (rank<R>/ with several ranks,
@@ -342,7 +318,8 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   Console console(quiet, run.is_root());
   const Say say = console.say();
   std::optional<MetricsLog> log = open_run_dir(run);
-  for (const std::string& line : run.banner()) say(line);
+  sum.opened_run_dir = true;
+  for (const std::string& line : run_banner(run)) say(line);
 
   sum.num_params = run.model.num_params();
   sum.unigram_val_loss = 0;  // a mixture: its datasets' baselines by weight
@@ -371,8 +348,10 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
   try {
     train_run(std::move(cfg), quiet, resume_from, sum, t_start);
   } catch (const UserError& e) {
-    if (lock) {
-      nlohmann::json j = run_summary("failed", sum, total_steps, seconds_since(t_start));
+    // A fresh run's summary says why it failed; a resume refused before it wrote anything leaves
+    // the run's own summary (finished, stopped) as it was.
+    if (lock && (resume_from.empty() || sum.opened_run_dir)) {
+      nlohmann::json j = summary_json("failed", sum, total_steps, seconds_since(t_start));
       j["error"] = e.what();
       try {
         write_summary(run_dir, j);
@@ -381,7 +360,7 @@ TrainSummary run_training(Config cfg, bool quiet, const std::string& resume_from
     }
     throw;
   }
-  if (lock) write_summary(run_dir, run_summary(sum.stopped_by_signal ? "stopped" : "finished", sum, total_steps,
+  if (lock) write_summary(run_dir, summary_json(sum.stopped_by_signal ? "stopped" : "finished", sum, total_steps,
                                               seconds_since(t_start)));
   return sum;
 }

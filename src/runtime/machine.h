@@ -1,0 +1,39 @@
+// The machine a rank runs on: its compute device, its threads, its share of the machine's memory.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "base/config.h"
+
+namespace bcd {
+
+// The CUDA device index of `device` ("cuda" without an index is device 0).
+inline int cuda_index(const torch::Device& device) { return device.index() < 0 ? 0 : device.index(); }
+
+// [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
+// usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
+// no kernel image in this build), "auto" (cuda when usable). On CUDA the rank's GPU
+// (cuda_device_for_rank) becomes the process's current device (start_cuda_device).
+torch::Device resolve_device(DeviceChoice device, int local_rank = 0, int local_ranks = 1);
+
+// The GPU of local rank `local_rank` of `local_ranks` on a machine where it sees `visible` GPUs:
+// its LOCAL_RANK when every local rank has one of its own (torchrun, bcdtrain launch), 0 when it
+// sees exactly one (Slurm's --gpus-per-task, CUDA_VISIBLE_DEVICES per rank); UserError when
+// ranks would have to share a GPU.
+int cuda_device_for_rank(int local_rank, int local_ranks, int visible);
+
+// memory.compute_bytes = auto on a CUDA device: the device's total memory (on the CPU the planner
+// takes the host's MemTotal).
+void apply_device_budget(MemoryConfig& mem, const torch::Device& device);
+
+// Sets torch's intra-op threads (0 = this process's share of the cores: all of them, divided
+// among the ranks running on this machine).
+void configure_threads(int64_t threads, int local_ranks = 1);
+
+// Ranks on one machine share its RAM: the "auto" host budget (and on the CPU the compute
+// budget) becomes each rank's 1/local_ranks share of what /proc/meminfo reports.
+void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks);
+
+}  // namespace bcd
