@@ -183,6 +183,22 @@ TEST(Launch, BadOptionsAreRefused) {
                 .find("launch: runs `train` on every rank; `eval` is meant to run once"),
             std::string::npos);
   EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2", "nonsense"}, o); }).find("`nonsense`"), std::string::npos);
+  // launch is a command of the app like the others: --help lists its flags, a flag is given once,
+  // a word that is no command or no flag of launch's is named as such.
+  auto help = test::run_bcdtrain("launch --help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_NE(help.output.find("--nproc"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("--oversubscribe"), std::string::npos) << help.output;
+  auto twice = test::run_bcdtrain("launch --nproc 2 --nproc 1 train --config " + test::source_path("configs/tiny.toml"));
+  EXPECT_EQ(twice.exit_code, 2) << twice.output;
+  EXPECT_NE(twice.output.find("--nproc: given more than once"), std::string::npos) << twice.output;
+  auto ls = test::run_bcdtrain("launch ls");
+  EXPECT_EQ(ls.exit_code, 2) << ls.output;
+  EXPECT_NE(ls.output.find("launch: `ls` is not a bcdtrain command"), std::string::npos) << ls.output;
+  EXPECT_EQ(ls.output.find("bcdtrain ls"), std::string::npos) << ls.output;
+  auto bogus = test::run_bcdtrain("launch --bogus 3 train");
+  EXPECT_EQ(bogus.exit_code, 2) << bogus.output;
+  EXPECT_NE(bogus.output.find("--bogus: unknown option of `launch`"), std::string::npos) << bogus.output;
   // A config that cannot be read is refused by the launcher, before any rank starts.
   auto r = test::run_bcdtrain("launch --nproc 2 train --config /no/such.toml");
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -30,11 +30,12 @@ using namespace bcd;
 using namespace bcd::cli;
 
 int run(int argc, char** argv) {
-  // launch: its own options, then a whole bcdtrain command line for every rank, untouched.
-  if (argc > 1 && std::string(argv[1]) == "launch") return run_launch(argc, argv);
+  // launch: its own options, then a whole bcdtrain command line for every rank, untouched (its
+  // overrides are the rank command's).
   std::vector<std::string> rest;
   Overrides overrides;
-  split_overrides(std::vector<std::string>(argv + 1, argv + argc), rest, overrides);
+  if (argc > 1 && std::string(argv[1]) == "launch") rest.assign(argv + 1, argv + argc);
+  else split_overrides(std::vector<std::string>(argv + 1, argv + argc), rest, overrides);
 
   CLI::App app{"bcdtrain: full-parameter LLM training by block coordinate descent"};
   app.require_subcommand(1);
@@ -42,7 +43,7 @@ int run(int argc, char** argv) {
   // In --help's order.
   std::vector<Command> commands;
   commands.push_back(add_train(app));
-  add_launch(app);
+  commands.push_back(add_launch(app));
   commands.push_back(add_config(app));
   commands.push_back(add_plan(app));
   commands.push_back(add_prepare(app));

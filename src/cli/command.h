@@ -40,9 +40,8 @@ Command add_import(CLI::App& app);
 Command add_export(CLI::App& app);
 // plot_command.cpp: plot, the PNGs of runs' metrics.jsonl.
 Command add_plot(CLI::App& app);
-// launch_command.cpp: launch runs a whole bcdtrain command line as N ranks, so it is parsed
-// before the app (run_launch); add_launch lists it in --help.
-void add_launch(CLI::App& app);
-int run_launch(int argc, char** argv);
+// launch_command.cpp: launch runs a whole bcdtrain command line as N ranks: the words after its
+// own flags go to every rank untouched.
+Command add_launch(CLI::App& app);
 
 }  // namespace bcd::cli

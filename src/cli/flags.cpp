@@ -180,8 +180,9 @@ std::string parse_error_message(CLI::App& app, const CLI::ParseError& e) {
 
   // A word CLI11 did not know comes first: a misspelt flag explains the rest (its value left over,
   // a required flag "missing").
-  std::vector<std::string> extra = at.remaining();
-  if (extra.empty() && !top) extra = app.remaining();
+  // (A prefix command, launch, keeps the words after its flags: they are not the error.)
+  std::vector<std::string> extra = at.get_prefix_command() ? std::vector<std::string>{} : at.remaining();
+  if (extra.empty() && !top && !at.get_prefix_command()) extra = app.remaining();
   if (!extra.empty()) {
     const std::string& word = extra.front();
     if (word.size() > 1 && word[0] == '-')

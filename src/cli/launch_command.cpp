@@ -1,5 +1,7 @@
 // launch: a whole bcdtrain command line run as N data-parallel ranks. Its own options come first
-// and the rest goes to every rank untouched, so it is parsed before the app.
+// and the rest goes to every rank untouched (the app leaves launch's words whole: no overrides).
+#include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/flags.h"
 #include "cli/launch_args.h"
 #include "runtime/launcher.h"
 
@@ -15,11 +18,25 @@ namespace bcd::cli {
 
 namespace {
 
-int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
-  const std::optional<int64_t> v = parse_count(text);
-  if (!v || *v < lo || *v > hi)
-    user_error("{}: expected an integer from {} to {}, got {}", flag, lo, hi, text.empty() ? "\"\"" : text);
-  return static_cast<int>(*v);
+// launch's own flags, declared on `launch` (the app's subcommand, or a parser of its own for
+// parse_launch_args): every word from the first one that is not one of them is the rank command.
+void define_launch_flags(CLI::App& sub, LaunchOptions& opt) {
+  sub.prefix_command();
+  const auto once = CLI::MultiOptionPolicy::Throw;  // --nproc 2 --nproc 1 is a mistake, not "1"
+  sub.add_option("--nproc,--nproc-per-node,--nproc_per_node", opt.nproc,
+                 "ranks on this machine (default: the command's config's [dist] nproc, else 1)")
+      ->transform(integer<int>(1, 1024))->multi_option_policy(once);
+  sub.add_option("--nnodes", opt.nnodes, "machines of the run (default 1)")
+      ->transform(integer<int>(1, 65536))->multi_option_policy(once);
+  sub.add_option("--node-rank,--node_rank", opt.node_rank, "this machine's index, 0 .. nnodes-1")
+      ->transform(integer<int>(0, 65535))->multi_option_policy(once);
+  sub.add_option("--master-addr,--master_addr", opt.master_addr, "the host of node 0 (several machines)")
+      ->transform(text("a host name or address"))->multi_option_policy(once);
+  sub.add_option("--master-port,--master_port", opt.master_port, "a free TCP port on node 0 (several machines)")
+      ->transform(integer<int>(1, 65535))->multi_option_policy(once);
+  sub.add_option("--grace", opt.grace_s, "seconds the ranks get to checkpoint after a signal before they are killed")
+      ->transform(integer<int>(0, 86400))->multi_option_policy(once);
+  sub.add_flag("--oversubscribe", opt.oversubscribe, "allow more ranks than this machine has cores");
 }
 
 // The config of the rank command's --config FILE and overrides; none without either (a resume:
@@ -36,64 +53,56 @@ std::optional<Config> command_config(const std::vector<std::string>& command) {
   return load_config(file, overrides);
 }
 
-}  // namespace
-
-std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt) {
-  size_t i = 0;
-  auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= args.size()) user_error("{}: expected a value, got none (launch {} VALUE ... train ...)", flag, flag);
-    return args[++i];
-  };
-  bool nproc_given = false;
-  for (; i < args.size(); ++i) {
-    std::string a = args[i], v;
-    const auto eq = a.find('=');
-    const bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) v = a.substr(eq + 1), a = a.substr(0, eq);
-    auto get = [&]() { return inline_value ? v : value(a); };
-    if (a == "--") {
-      ++i;
-      break;
-    } else if (a == "--nproc" || a == "--nproc-per-node" || a == "--nproc_per_node") {
-      opt.nproc = parse_int(a, get(), 1, 1024);
-      nproc_given = true;
-    } else if (a == "--nnodes") {
-      opt.nnodes = parse_int(a, get(), 1, 65536);
-    } else if (a == "--node-rank" || a == "--node_rank") {
-      opt.node_rank = parse_int(a, get(), 0, 65535);
-    } else if (a == "--master-addr" || a == "--master_addr") {
-      opt.master_addr = get();
-    } else if (a == "--master-port" || a == "--master_port") {
-      opt.master_port = parse_int(a, get(), 1, 65535);
-    } else if (a == "--grace") {
-      opt.grace_s = parse_int(a, get(), 0, 86400);
-    } else if (a == "--oversubscribe") {
-      if (inline_value) user_error("--oversubscribe: expected no value, got {}", v);
-      opt.oversubscribe = true;
-    } else {
-      break;
-    }
-  }
-  std::vector<std::string> command(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+// What follows launch's flags: the command every rank runs, checked.
+std::vector<std::string> launch_command(std::vector<std::string> command, const std::vector<std::string>& commands) {
+  if (!command.empty() && command[0] == "--") command.erase(command.begin());
   if (command.empty()) user_error("launch: no command to run (e.g. bcdtrain launch --nproc 2 train --config FILE)");
-  if (command[0] != "train")
-    user_error("launch: runs `train` on every rank; `{}` is meant to run once: run `bcdtrain {}` without launch",
-               command[0], command[0]);
-  const std::optional<Config> cfg = command_config(command);
-  check_launch(opt, cfg ? &*cfg : nullptr, nproc_given);
+  const std::string& name = command[0];
+  if (name.size() > 1 && name[0] == '-')
+    user_error("{}: unknown option of `launch` (see bcdtrain launch --help)", shown(name.substr(0, name.find('='))));
+  const bool known = commands.empty() || std::find(commands.begin(), commands.end(), name) != commands.end();
+  if (!known)
+    user_error("launch: `{}` is not a bcdtrain command; launch runs `train` on every rank (bcdtrain launch --nproc N "
+               "train --config FILE)",
+               shown(name));
+  if (name != "train")
+    user_error("launch: runs `train` on every rank; `{}` is meant to run once: run `bcdtrain {}` without launch", name,
+               name);
   return command;
 }
 
-void add_launch(CLI::App& app) {
-  app.add_subcommand("launch", "run `train` as N data-parallel ranks: launch [--nproc N (default: the config's [dist] nproc)] [--oversubscribe] [--nnodes M --node-rank K "
-                               "--master-addr HOST --master-port PORT] train --config FILE ...")
-      ->allow_extras();
+}  // namespace
+
+std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt,
+                                           const std::vector<std::string>& commands) {
+  CLI::App app{"launch"};
+  define_launch_flags(app, opt);
+  try {
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them reversed
+  } catch (const CLI::ParseError& e) {
+    throw UserError(parse_error_message(app, e));
+  }
+  const std::vector<std::string> command = launch_command(app.remaining(), commands);
+  const std::optional<Config> cfg = command_config(command);
+  check_launch(opt, cfg ? &*cfg : nullptr, app.count("--nproc") > 0);
+  return command;
 }
 
-int run_launch(int argc, char** argv) {
-  LaunchOptions lopt;
-  const std::vector<std::string> command = parse_launch_args(std::vector<std::string>(argv + 2, argv + argc), lopt);
-  return launch_ranks(lopt, command);
+Command add_launch(CLI::App& app) {
+  auto* sub = app.add_subcommand("launch", "run `train` as N data-parallel ranks: launch [--nproc N] [--oversubscribe] "
+                                           "[--nnodes M --node-rank K --master-addr HOST --master-port PORT] train "
+                                           "--config FILE ...");
+  auto opt = std::make_shared<LaunchOptions>();
+  define_launch_flags(*sub, *opt);
+  auto run = [sub, opt, &app](const Overrides&) {
+    std::vector<std::string> commands;
+    for (const auto* s : app.get_subcommands({})) commands.push_back(s->get_name());
+    const std::vector<std::string> command = launch_command(sub->remaining(), commands);
+    const std::optional<Config> cfg = command_config(command);
+    check_launch(*opt, cfg ? &*cfg : nullptr, sub->count("--nproc") > 0);
+    return launch_ranks(*opt, command);
+  };
+  return {sub, run, false};
 }
 
 }  // namespace bcd::cli
