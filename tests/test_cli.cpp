@@ -144,6 +144,17 @@ TEST_F(Cli, CorpusShorterThanOneWindow) {
 
 TEST_F(Cli, OverrideWithoutValue) { expect_exit2(train_args("--train.steps"), {"--train.steps"}); }
 
+// An override given twice takes the last, as before, but says so (it used to be silent).
+TEST_F(Cli, OverrideGivenTwiceIsNamed) {
+  auto r = test::run_bcdtrain("config --config " + test::source_path("configs/tiny.toml") +
+                              " --train.lr=0.1 --train.steps 5 --train.lr 0.2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: --train.lr is given twice (0.1, then 0.2): the last one is used"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("lr = 0.2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--train.steps is given twice"), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, UnknownFlagAndSubcommand) {
   expect_exit2("train --config " + test::source_path("configs/tiny.toml") + " --bogus", {"bogus"});
   expect_exit2("frobnicate", {"frobnicate"});

@@ -6,9 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/dataset.h"
@@ -182,6 +185,33 @@ TEST(StreamingPrepare, ALeftoverOfAnInterruptedPrepareIsPointedOut) {
   EXPECT_NE(r.output.find(stale + " is left from an interrupted prepare"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(stale + "/train.tokens"));
   EXPECT_TRUE(fs::exists(tmp.file("ds/tokens.h5")));
+}
+
+// SIGTERM while a prepare tokenizes: it stops at its next chunk, removes its staging directory and
+// exits 128 + 15 (it used to die at once and leave OUT.tmp-PID behind).
+TEST(StreamingPrepare, SigtermStopsAndLeavesNoStagingDirectory) {
+  TempDir tmp("bcd-stop");
+  std::string text;
+  for (int i = 0; i < 200000; ++i)
+    text += "Line " + std::to_string(i) + " of a corpus long enough to take a while to tokenize.\n\n";
+  test::write_text(tmp.file("big.txt"), text);  // 16 MB
+  const std::string out = tmp.file("ds");
+  test::Background bg("prepare --input " + tmp.file("big.txt") + " --out " + out + " --tokenizer " +
+                          test::source_path("../shared/data/tokenizers/llama2/tokenizer.json") + " --threads 1",
+                      tmp.file("log"));
+  auto staging = [&] {
+    for (const auto& e : fs::directory_iterator(tmp.path()))
+      if (e.path().filename().string().rfind("ds.tmp-", 0) == 0) return true;
+    return false;
+  };
+  for (int i = 0; i < 3000 && !staging(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(staging()) << "prepare never started tokenizing: " << test::read_text(tmp.file("log"));
+  ASSERT_EQ(kill(bg.pid, SIGTERM), 0);
+  EXPECT_EQ(bg.wait(), 128 + SIGTERM) << test::read_text(tmp.file("log"));
+  EXPECT_NE(test::read_text(tmp.file("log")).find("interrupted by SIGTERM"), std::string::npos)
+      << test::read_text(tmp.file("log"));
+  EXPECT_FALSE(staging()) << "a staging directory was left behind";
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(StreamingPrepare, MemoryLimitIsChecked) {

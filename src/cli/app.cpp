@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 
 #include "base/error.h"
 #include "base/printable.h"
+#include "base/stop.h"
 #include "cli/command.h"
 #include "io/state_file.h"
 
@@ -75,6 +77,11 @@ int run(int argc, char** argv) {
     if (!c.sub->parsed()) continue;
     if (!overrides.empty() && !c.takes_overrides)
       user_error("config overrides ({}) are only accepted by train, config and plan", overrides.front());
+    // Long work stops on SIGINT/SIGTERM at its next check, its temporaries removed (base/stop.h);
+    // train checkpoints first (its own handler) and launch forwards the signal to its ranks.
+    const std::string& name = c.sub->get_name();
+    std::optional<StopScope> stops;
+    if (name != "train" && name != "launch") stops.emplace();
     return c.run(overrides);
   }
   return 0;
@@ -94,6 +101,9 @@ namespace bcd::cli {
 int run_command_line(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const Interrupted& e) {
+    fmt::print(stderr, "bcdtrain: {}\n", e.what());
+    return 128 + e.signal();
   } catch (const UserError& e) {
     print_error("error", e.what());
     if (state_file_abandoned()) {  // skip HDF5's exit handler: it would flush that file again

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -246,6 +248,18 @@ void split_overrides(const std::vector<std::string>& words, std::vector<std::str
       if (i + 1 >= words.size()) user_error("override {}: missing value (expected {}=VALUE)", a, a);
       overrides.push_back(a + "=" + words[++i]);
     }
+  }
+  // The same key twice is most likely a line edited in one place and not the other: the last
+  // one wins, as in the config file's own order, but not without a word.
+  std::map<std::string, std::string> seen;
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    const std::string key = o.substr(0, eq), value = o.substr(eq + 1);
+    const auto [it, first] = seen.emplace(key, value);
+    if (!first && it->second != value)
+      fmt::print(stderr, "bcdtrain: warning: {} is given twice ({}, then {}): the last one is used\n", shown(key),
+                 shown(it->second), shown(value));
+    it->second = value;
   }
 }
 

@@ -35,6 +35,7 @@
 #include "base/files.h"
 #include "base/error.h"
 #include "base/progress.h"
+#include "base/stop.h"
 
 namespace bcd {
 
@@ -369,6 +370,7 @@ SplitRule split_pass(const std::vector<Input>& inputs, ChatTemplate chat, const 
   DocumentStream docs(inputs, chat, opt.skip_bad, b.max_doc);
   Document d;
   while (docs.next(&d)) {
+    check_stop();
     const double key = split_key(d, opt.seed);
     counts.add(key, opt.val_fraction);
     if (sample) sample->add(d.text, key);
@@ -403,6 +405,7 @@ void tokenize_pass(const std::vector<Input>& inputs, ChatTemplate chat, const Pr
               auto c = std::make_shared<Chunk>();
               size_t bytes = 0;
               Document d;
+              check_stop();  // a signal cancels the pipeline; the staging directory goes with it
               while (bytes < b.chunk_bytes && docs.next(&d)) {
                 bytes += d.text.size();
                 c->is_val.push_back(rule.is_val(split_key(d, opt.seed)));

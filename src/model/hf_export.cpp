@@ -19,6 +19,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/stop.h"
 #include "data/tokenizer.h"
 
 namespace bcd {
@@ -217,6 +218,7 @@ HfExportReport write_hf_files(const LlamaModel& model, const std::string& out_di
     const std::string path = out_dir + "/" + shard_name(i);
     st::SafetensorsWriter w(path, std::move(specs), {{"format", "pt"}, {"producer", kProducer}});
     for (const HfTensor* t : shards[i]) {
+      check_stop();  // the shard's writer removes its temporary file
       torch::Tensor d = model.block(t->block).param(t->slot).detach().to(torch::kCPU).to(torch_dtype_of(dtype)).contiguous();
       w.write_next(d.data_ptr(), d.nbytes());
       weight_map[t->name] = shard_name(i);

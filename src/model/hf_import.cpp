@@ -21,6 +21,7 @@
 #include "base/files.h"
 #include "data/tokenizer.h"
 #include "base/progress.h"
+#include "base/stop.h"
 
 namespace bcd {
 
@@ -182,6 +183,7 @@ HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
   std::optional<BlockAccess> access;
   int open_block = -1;
   for (const Located& l : found) {
+    check_stop();
     std::vector<uint8_t> buf = l.file->read(*l.info);
     torch::Tensor src = torch::from_blob(buf.data(), l.info->shape, torch_dtype_of(l.info->dtype));
     if (l.want->block != open_block) {

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/printable.h"
+#include "base/stop.h"
 #include "data/dataset.h"
 
 namespace bcd {
@@ -45,6 +46,7 @@ std::vector<int> generate_tokens(const LlamaModel& model, const std::vector<int>
   std::vector<int> out;
   const int64_t max_t = model.config().max_seq_len;
   for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
+    check_stop();
     const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ctx.size()) - max_t);
     torch::Tensor x = torch::tensor(std::vector<int64_t>(ctx.begin() + start, ctx.end()), torch::kInt64)
                           .view({1, -1});

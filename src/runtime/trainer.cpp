@@ -20,6 +20,7 @@
 #include "base/files.h"
 #include "base/printable.h"
 #include "base/progress.h"
+#include "base/stop.h"
 #include "memory/nvme_dirs.h"
 #include "io/checkpoint.h"
 #include "io/dir_lock.h"
@@ -250,6 +251,7 @@ double evaluate_val_loss(const LlamaModel& model, const std::vector<DataSource>&
   torch::Tensor total;  // summed on the device, read once
   double counted = 0;   // instruction data: counted targets of all batches, all ranks
   for (int64_t i = 0; i < n; ++i) {
+    check_stop();  // eval (a run's own validation: its signal handler takes the signal instead)
     const Batch b = val.next();
     torch::Tensor l = model.loss(b);
     if (b.mask.defined()) l = l * b.divisor, counted += b.divisor * world;
