@@ -501,11 +501,32 @@ TEST(Plots, ABadRecordIsNamedByFileAndLine) {
     test::write_text(metrics, text);
     return test::error_of([&] { draw_plots({dir.path()}, dir.file("plots"), {}, {}); });
   };
-  EXPECT_NE(error_for("{\"step\": 1}\n\n{\"step\": 2, \"lo").find(metrics + ":3: not valid JSON ("), std::string::npos);
+  EXPECT_NE(error_for("{\"step\": 1}\n\n{\"step\": 2, \"lo\n{\"step\": 3}\n").find(metrics + ":3: not valid JSON ("),
+            std::string::npos);
+  EXPECT_NE(error_for("{\"step\": 1}\n{\"step\": 2, \"lo\n").find(metrics + ":2: not valid JSON ("), std::string::npos)
+      << "a whole last line (it has its newline) is no cut one";
   EXPECT_NE(error_for("[1]\n").find(metrics + ":1: expected a JSON object, got array"), std::string::npos);
   EXPECT_NE(error_for("{\"step\": 1}\n{\"step\": null}\n").find(metrics + ":2: no numeric \"step\" (got null)"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir.file("plots")));
+}
+
+// A run killed while writing a record leaves its last line cut short: the records before it are
+// whole, and are plotted; the cut line is named. A run directory whose name starts with "-" is
+// given after "--".
+TEST(Plots, ACutLastLineIsLeftOutAndADashedRunDirFollowsDashes) {
+  if (test::run_shell("command -v gnuplot").exit_code != 0) GTEST_SKIP() << "gnuplot is not installed (scripts/setup.sh installs it)";
+  test::TempDir dir("bcd-plots-cut");
+  const std::string run = dir.file("-rdash");
+  std::filesystem::create_directories(run);
+  test::write_text(run + "/metrics.jsonl", "{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"loss\": 2.4}\n{\"step\": 3, \"lo");
+  auto r = test::run_shell("cd " + dir.path() + " && " + BCD_BINARY + " plot -- ./-rdash");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("metrics.jsonl:3: the last line is cut short"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(run + "/plots/loss_vs_step.png")) << r.output;
+  auto flag = test::run_shell("cd " + dir.path() + " && " + BCD_BINARY + " plot ./x --bogus");
+  EXPECT_EQ(flag.exit_code, 2) << flag.output;
+  EXPECT_NE(flag.output.find("--bogus: unknown option of `plot`"), std::string::npos) << flag.output;
 }
 
 }  // namespace

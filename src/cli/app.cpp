@@ -34,10 +34,20 @@ using namespace bcd::cli;
 int run(int argc, char** argv) {
   // launch: its own options, then a whole bcdtrain command line for every rank, untouched (its
   // overrides are the rank command's).
+  // plot: its words, run directories among them, read in order by the command itself.
   std::vector<std::string> rest;
   Overrides overrides;
-  if (argc > 1 && std::string(argv[1]) == "launch") rest.assign(argv + 1, argv + argc);
+  const std::string first = argc > 1 ? argv[1] : "";
+  const bool prefix = first == "launch" || first == "plot";
+  if (prefix) rest.assign(argv + 1, argv + argc);
   else split_overrides(std::vector<std::string>(argv + 1, argv + argc), rest, overrides);
+  // From "--" on, a prefix command's words are its own: CLI11 would take them for positionals.
+  std::vector<std::string> after_dashes;
+  if (prefix) {
+    const auto dashes = std::find(rest.begin(), rest.end(), "--");
+    after_dashes.assign(dashes, rest.end());
+    rest.erase(dashes, rest.end());
+  }
 
   CLI::App app{"bcdtrain: full-parameter LLM training by block coordinate descent"};
   app.require_subcommand(1);
@@ -82,6 +92,11 @@ int run(int argc, char** argv) {
     const std::string& name = c.sub->get_name();
     std::optional<StopScope> stops;
     if (name != "train" && name != "launch") stops.emplace();
+    if (c.run_words) {
+      std::vector<std::string> words = c.sub->remaining();
+      words.insert(words.end(), after_dashes.begin(), after_dashes.end());
+      return c.run_words(words);
+    }
     return c.run(overrides);
   }
   return 0;

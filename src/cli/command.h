@@ -20,6 +20,10 @@ struct Command {
   CLI::App* sub = nullptr;                          // the subcommand in the app
   std::function<int(const Overrides&)> run;         // its exit code
   bool takes_overrides = false;                     // train, config and plan read a config
+  // A prefix command (launch, plot) reads its words itself: `run_words` gets every word after its
+  // CLI11 flags, in order, "--" and what follows it included (CLI11 would refuse those). Such a
+  // command's words are never split into overrides.
+  std::function<int(const std::vector<std::string>&)> run_words;
 };
 
 // train_commands.cpp: train (a fresh run, --resume and its rules, --resume auto) and config.

@@ -94,15 +94,18 @@ Command add_launch(CLI::App& app) {
                                            "--config FILE ...");
   auto opt = std::make_shared<LaunchOptions>();
   define_launch_flags(*sub, *opt);
-  auto run = [sub, opt, &app](const Overrides&) {
+  auto run = [sub, opt, &app](const std::vector<std::string>& words) {
     std::vector<std::string> commands;
     for (const auto* s : app.get_subcommands({})) commands.push_back(s->get_name());
-    const std::vector<std::string> command = launch_command(sub->remaining(), commands);
+    const std::vector<std::string> command = launch_command(words, commands);
     const std::optional<Config> cfg = command_config(command);
     check_launch(*opt, cfg ? &*cfg : nullptr, sub->count("--nproc") > 0);
     return launch_ranks(*opt, command);
   };
-  return {sub, run, false};
+  Command c;
+  c.sub = sub;
+  c.run_words = run;
+  return c;
 }
 
 }  // namespace bcd::cli

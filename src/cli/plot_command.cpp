@@ -16,13 +16,14 @@
 namespace bcd::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: bcdtrain plot RUN_DIR... [--out DIR] [--tensorboard]
+constexpr const char* kUsage = R"(usage: bcdtrain plot RUN_DIR... [--out DIR] [--tensorboard] [-- RUN_DIR...]
   RUN_DIR        a run directory of `bcdtrain train` (its metrics.jsonl); one series per run,
                  named by the directory's last path component (more components when they clash)
   --out DIR      where the PNGs and plots.json go (default: RUN_DIR/plots for one run, ./plots
                  for several)
   --tensorboard  instead of PNGs, write each RUN_DIR/tensorboard/events.out.tfevents.* anew
                  from its metrics.jsonl (every scalar at its step), for `tensorboard --logdir`
+  --             every word after it is a RUN_DIR (one that starts with "-" too)
   -h, --help     this text
 Writes loss_vs_step.png, loss_vs_time.png, tokens_per_s.png, memory.png, stall.png and
 active_block.png; a plot with no series (no run switched blocks, no BCD run) is skipped and
@@ -35,8 +36,17 @@ said so on stdout and in plots.json ("skipped": why). Exit status: 0 written, 1 
 // The flags and run dirs of `words`; false when --help asked for the usage instead.
 bool parse_plot_flags(const std::vector<std::string>& words, std::vector<std::string>& runs, std::string& out,
                       bool& tensorboard) {
+  bool only_runs = false;  // after "--": every word is a run directory, "-x" too
   for (size_t i = 0; i < words.size(); ++i) {
     std::string flag = words[i], value;
+    if (!only_runs && flag == "--") {
+      only_runs = true;
+      continue;
+    }
+    if (only_runs) {
+      runs.push_back(flag);
+      continue;
+    }
     bool has_value = false;
     if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos)
       value = flag.substr(eq + 1), flag.resize(eq), has_value = true;
@@ -75,14 +85,11 @@ Command add_plot(CLI::App& app) {
   // Every word comes back unparsed (remaining()): flags are read in order, --help among them.
   plot->set_help_flag();
   plot->prefix_command();
-  auto run = [plot](const Overrides& overrides) {
-    // "--a.b" words were taken for config overrides: this command has none, so they are unknown flags.
-    if (!overrides.empty())
-      user_error("{}: unknown option of `plot` (see bcdtrain plot --help)", overrides[0].substr(0, overrides[0].find('=')));
+  auto run = [](const std::vector<std::string>& words) {
     std::vector<std::string> runs;
     std::string out;
     bool tensorboard = false;
-    if (!parse_plot_flags(plot->remaining(), runs, out, tensorboard)) {
+    if (!parse_plot_flags(words, runs, out, tensorboard)) {
       fmt::print("{}", kUsage);
       return 0;
     }
@@ -103,7 +110,10 @@ Command add_plot(CLI::App& app) {
     }
     return report.failed.empty() ? 0 : 1;
   };
-  return {plot, run, true};  // takes the overrides only to refuse them as flags (above)
+  Command c;
+  c.sub = plot;
+  c.run_words = run;
+  return c;
 }
 
 }  // namespace bcd::cli

@@ -74,7 +74,8 @@ std::string trim(const std::string& s) {
   return a == std::string::npos ? "" : s.substr(a, s.find_last_not_of(ws) - a + 1);
 }
 
-// The records of one metrics.jsonl, each an object with a numeric "step"; blank lines skipped.
+// The records of one metrics.jsonl, each an object with a numeric "step"; blank lines skipped, and
+// a last line cut short (no newline, not JSON) left out with a warning.
 Records read_records(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) user_error("{}: {}", path, std::strerror(errno));
@@ -86,6 +87,13 @@ Records read_records(const std::string& path) {
     try {
       rec = Json::parse(line);
     } catch (const Json::parse_error& e) {
+      // The last line, without its newline: a run killed while writing it. What came before is
+      // whole, and plotted.
+      if (in.eof()) {
+        fmt::print(stderr, "bcdtrain: warning: {}:{}: the last line is cut short (the run stopped while writing "
+                           "it): left out\n", path, lineno);
+        break;
+      }
       const std::string why = e.what();  // the parser's account of where it broke, less its "[json.exception...] "
       const size_t at = why.find("] ");
       user_error("{}:{}: not valid JSON ({})", path, lineno, at == std::string::npos ? why : why.substr(at + 2));
