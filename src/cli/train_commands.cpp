@@ -93,9 +93,13 @@ Command add_train(CLI::App& app) {
       if (f->overwrite) user_error("train: --overwrite starts afresh; it does not go with --resume");
       if (std::filesystem::is_directory(resume)) refuse_busy_run_dir(resume);
       const std::string ckpt = resolve_checkpoint(resume);
-      const std::string stored = CheckpointReader(ckpt).attr_str("/", "config");
+      const CheckpointReader reader(ckpt);
+      const std::string stored = reader.attr_str("/", "config");
       Config cfg = load_config_text(stored, ckpt, overrides);
-      check_resume_overrides(ckpt, load_config_text(stored, ckpt, {}), cfg);
+      const DistEnv env = DistEnv::from_environment();
+      const int64_t stored_world = reader.has_attr("/", "world_size") ? reader.attr_int("/", "world_size") : 1;
+      check_resume_overrides(ckpt, load_config_text(stored, ckpt, {}), cfg,
+                             ResumeRanks{env.rank, env.world_size, static_cast<int>(stored_world)});
       // Resuming a run directory continues in it, wherever it has moved.
       if (std::filesystem::is_directory(resume)) cfg.train.run_dir = resume;
       return exit_code(run_training(cfg, f->quiet, ckpt));

@@ -31,15 +31,20 @@ std::map<std::string, std::string> flat_config(Config c) {
 
 }  // namespace
 
-void check_resume_overrides(const std::string& ckpt, const Config& stored, const Config& now) {
+void check_resume_overrides(const std::string& ckpt, const Config& stored, const Config& now, const ResumeRanks& ranks) {
   std::map<std::string, Resume> resume;
   for (const auto& [key, r] : resume_classes()) resume[key] = r;
   const auto a = flat_config(stored), b = flat_config(now);
+  // Another rank count with the batch rescaled to the same global batch trains on the same
+  // windows in the same steps: where the run goes on, not what it computes.
+  const bool same_global_batch =
+      stored.train.batch_size * ranks.stored_world == now.train.batch_size * ranks.world;
   std::string refused, changed;
   for (const auto& [key, value] : b) {
     auto it = a.find(key);
     const Resume r = resume.at(key);
     if (it == a.end() || it->second == value || r == Resume::kPlacement) continue;
+    if (key == "train.batch_size" && same_global_batch) continue;
     std::string& list = r == Resume::kFixed ? refused : changed;
     list += fmt::format("{}{} ({} -> {})", list.empty() ? "" : ", ", key, it->second, value);
   }
@@ -47,7 +52,7 @@ void check_resume_overrides(const std::string& ckpt, const Config& stored, const
     user_error("{}: --resume cannot change {}: the checkpoint's weights, optimizer state and schedule are made of "
                "them; start a new run instead (its weights from this one: --model.init_from={})",
                ckpt, refused, ckpt);
-  if (!changed.empty())
+  if (!changed.empty() && ranks.rank == 0)  // one warning for the run, not one per rank
     fmt::print(stderr, "bcdtrain: warning: resuming with changed settings: {}; the run continues, but not as the "
                        "uninterrupted run would have\n", changed);
 }

@@ -16,7 +16,14 @@ namespace bcd {
 // change what the remaining steps compute (LR schedule, batch, Adam's hyper-parameters, data) are
 // applied with a warning line: the run goes on, no longer as the uninterrupted one. The rest
 // (where and how it runs: paths, logging, memory, threads, device, ranks) are applied silently.
-void check_resume_overrides(const std::string& ckpt, const Config& stored, const Config& now);
+// The ranks of the resume (`rank` of `world`; rank 0 says the warning) and of the run that wrote
+// the checkpoint: a batch_size rescaled to the same global batch on another rank count is no change.
+struct ResumeRanks {
+  int rank = 0, world = 1;
+  int stored_world = 1;
+};
+void check_resume_overrides(const std::string& ckpt, const Config& stored, const Config& now,
+                            const ResumeRanks& ranks = {});
 
 // A run keeps its tokenizer: a resume whose data (`data_tokenizer`, the tokenizer file of its
 // first dataset) was tokenized with another tokenizer than the run's, the one in `run_dir`
