@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_read.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 
@@ -24,8 +25,7 @@ using nlohmann::json;
 std::optional<json> read_config(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
-  const std::string text = read_file(path.string(), "tokenizer config");
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json j = read_json_file(path.string(), kJsonMetadata, "tokenizer config", /*allow_exceptions=*/false);
   if (j.is_discarded()) user_error("{}: not valid JSON; expected the Hugging Face tokenizer file of that name", path.string());
   if (!j.is_object()) user_error("{}: a JSON {}; expected an object", path.string(), j.type_name());
   return j;

@@ -9,12 +9,12 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <set>
 
 #include "model/weights.h"
 #include "base/error.h"
+#include "base/json_read.h"
 
 namespace bcd {
 
@@ -307,11 +307,9 @@ void check_attention_kinds(HfReader& r, const Family& fam, const ModelConfig& m)
 }  // namespace
 
 ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& base) {
-  std::ifstream in(path);
-  if (!in) user_error("{}: cannot open HF config ([model] hf_config, or the config.json of init_from)", path);
   json j;
   try {
-    j = json::parse(in);
+    j = read_json_file(path, kJsonConfig, "HF config ([model] hf_config, or the config.json of init_from)");
   } catch (const json::parse_error& e) {
     user_error("{}: invalid JSON: {}", path, e.what());
   }

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_read.h"
 #include "io/checkpoint.h"
 #include "model/hf_config.h"
 
@@ -93,7 +94,7 @@ AutoResume decide_resume_auto(const Config& given) {
                  why, dir);
     };
     if (fs::exists(summary, ec)) {
-      const auto j = nlohmann::json::parse(read_file(summary, "run summary"), nullptr, /*allow_exceptions=*/false);
+      const auto j = read_json_file(summary, kJsonConfig, "run summary", /*allow_exceptions=*/false);
       if (!j.is_object() || !j.contains("status") || !j["status"].is_string())
         refuse(fmt::format("{}: not a run summary (corrupt: expected a JSON object with a \"status\")", summary));
       if (j["status"] == "finished") {
