@@ -69,9 +69,16 @@ std::vector<std::string> tokenizer_forms_in(const std::string& dir) {
 }
 
 bool tokenizer_matches(const std::string& file, const std::string& dir) {
-  const std::string mine = read_file(file, "tokenizer");
-  for (const std::string& form : tokenizer_forms_in(dir))
-    if (read_file(form, "tokenizer") == mine) return true;
+  // Sizes first: a file of another size is another tokenizer, and is never read.
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(file, ec);
+  std::optional<std::string> mine;
+  for (const std::string& form : tokenizer_forms_in(dir)) {
+    std::error_code ec2;
+    if (!ec && fs::file_size(form, ec2) != size) continue;
+    if (!mine) mine = read_file(file, "tokenizer");
+    if (read_file(form, "tokenizer") == *mine) return true;
+  }
   return false;
 }
 
