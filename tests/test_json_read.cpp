@@ -119,6 +119,16 @@ TEST(JsonRead, InvalidJsonIsLeftToTheParserAndItsCallersWording) {
   EXPECT_TRUE(parse_json("]]]]", kJsonConfig, "x", /*allow_exceptions=*/false).is_discarded());
 }
 
+// Found by fuzz_hf_config and fuzz_tokenizer_json: nlohmann throws out_of_range (not a
+// parse_error) for a number past a double, which escaped the callers as an internal failure.
+TEST(JsonRead, ANumberPastADoubleIsAUserError) {
+  expect_has(error_of([] { parse_json("{\"a\": 1e4336}", kJsonConfig, "c.json"); }),
+             {"c.json: number overflow parsing '1e4336'", "limit for a JSON config file"});
+  EXPECT_TRUE(parse_json("[1e4336]", kJsonConfig, "c.json", /*allow_exceptions=*/false).is_discarded());
+  expect_has(error_of([] { parse_json("[-" + std::string(500, '9') + "e999]", kJsonConfig, "c.json"); }),
+             {"c.json: number overflow parsing '-999", "...;"});
+}
+
 TEST(JsonRead, AFileTooBigIsRefusedBeforeItIsRead) {
   test::TempDir tmp("json-big");
   const std::string path = tmp.file("tokenizer.json");
@@ -246,6 +256,16 @@ TEST_F(HostileFiles, JsonlRecordNested200000Deep) {
   test::write_text(tmp_.file("in.jsonl"), "{\"text\": \"ab\"}\n{\"text\": \"ab\", \"meta\": " + nested(kDeep) + "}\n");
   expect_exit2(tokenize(tmp_.file("tokenizer.json"), tmp_.file("in.jsonl")),
                {tmp_.file("in.jsonl") + ":2: column", "JSONL record is 128 levels"});
+}
+
+TEST_F(HostileFiles, NumbersPastADoubleExit2) {
+  fs::create_directory(tmp_.file("hf"));
+  test::write_text(tmp_.file("hf/config.json"), R"({"model_type": "mistral", "intermediate_size": 1e4336})");
+  expect_exit2(test::run_bcdtrain("import --hf " + tmp_.file("hf") + " --out " + tmp_.file("out.h5")),
+               {tmp_.file("hf/config.json") + ": number overflow parsing '1e4336'"});
+  const std::string tok = tmp_.file("num.json");
+  test::write_text(tok, tokenizer_json_with("padding", "21e308"));
+  expect_exit2(tokenize(tok, tmp_.file("text.txt")), {tok + ": number overflow parsing '21e308'"});
 }
 
 TEST_F(HostileFiles, TokenizerOf1GiBIsRefusedUnread) {

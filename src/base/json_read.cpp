@@ -96,7 +96,16 @@ void check_bounds(std::string_view t, const JsonLimits& lim, const std::string& 
 nlohmann::json parse_json(std::string_view text, const JsonLimits& lim, const std::string& source, bool allow_exceptions,
                           const nlohmann::json::parser_callback_t& cb) {
   check_bounds(text, lim, source);
-  return nlohmann::json::parse(text.begin(), text.end(), cb, allow_exceptions);
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), cb, allow_exceptions);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number past a double (1e400) is nlohmann's out_of_range 406, not a parse_error: callers
+    // would let it through as an internal failure (without exceptions it is a discarded value).
+    std::string what = e.what();
+    what = what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2);
+    if (what.size() > 120) what = what.substr(0, 117) + "...";  // it quotes the number whole
+    user_error("{}: {}; expected numbers a double holds (the limit for a {})", source, what, lim.kind);
+  }
 }
 
 std::string read_json_text(const std::string& path, const JsonLimits& lim, const std::string& what) {

@@ -58,7 +58,8 @@ inline constexpr JsonLimits kJsonDecodeLine{"--decode line", uint64_t{64} << 20,
 // within `lim`: invalid JSON throws json::parse_error (or gives a discarded value when
 // !allow_exceptions), so callers keep their own wording for it. A bound exceeded is a UserError
 // (exit 2) naming `source` (the file, or "FILE:LINE"), the place (line and column, or column of
-// a one-line kind) and the bound, whatever allow_exceptions says.
+// a one-line kind) and the bound, whatever allow_exceptions says; so is a number past a double's
+// range with exceptions (nlohmann's out_of_range, which no caller expects).
 nlohmann::json parse_json(std::string_view text, const JsonLimits& lim, const std::string& source,
                           bool allow_exceptions = true, const nlohmann::json::parser_callback_t& cb = nullptr);
 
