@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <set>
+#include <type_traits>
 
 #include "base/error.h"
 #include "base/json_read.h"
@@ -106,6 +108,25 @@ class HfReader {
   }
   template <class T>
   T value(const json& v, const std::string& key) const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // nlohmann's get<int64_t> casts a float or a bool (1e37 to int64 is undefined behaviour,
+      // 4096.5 becomes 4096) and wraps an unsigned past INT64_MAX: an integer is an integer in
+      // range, or a float that is one.
+      using lim = std::numeric_limits<T>;
+      if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(lim::max())) return v.get<T>();
+      if (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() >= static_cast<int64_t>(lim::min()) &&
+          v.get<int64_t>() <= static_cast<int64_t>(lim::max()))
+        return v.get<T>();
+      if (v.is_number_float()) {
+        const double d = v.get<double>();
+        // min and max + 1 are powers of two, exact in a double: [min, max + 1) converts
+        if (std::trunc(d) == d && d >= static_cast<double>(lim::min()) && d < static_cast<double>(lim::max()) + 1.0)
+          return static_cast<T>(d);
+      }
+      if (v.is_number())
+        user_error("{}: key \"{}\" is {}; expected an integer from {} to {}", path_, key, v.dump(), lim::min(),
+                   lim::max());
+    }
     try {
       return v.get<T>();
     } catch (const json::exception&) {
