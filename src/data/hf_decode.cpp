@@ -194,7 +194,11 @@ void Decoder::apply(std::vector<std::string>& tokens) const {
 // ---- Post-processors ----
 
 PostProcessor PostProcessor::from_json(const json& j, const Where& where, int depth) {
-  const auto [type, w] = component_type(j, where, "a post-processor");
+  // not a structured binding: the lambdas below capture w (C++17 lets no lambda capture one;
+  // gcc allows it, clang does not)
+  const std::pair<std::string, Where> typed = component_type(j, where, "a post-processor");
+  const std::string& type = typed.first;
+  const Where& w = typed.second;
   PostProcessor p;
   if (type == "ByteLevel") {
     Fields f(j, w, {"type", "add_prefix_space", "trim_offsets", "use_regex"});  // offsets only
