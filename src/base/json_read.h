@@ -25,11 +25,12 @@ struct JsonLimits {
 
 inline constexpr int kJsonMaxDepth = 128;  // real files: 6 (tokenizer.json), 4 (config.json)
 
-// config.json (the model's shape), generation_config.json, a run's summary.json: a few KiB.
+// config.json (the model's shape), a run's summary.json: a few KiB.
 inline constexpr JsonLimits kJsonConfig{"JSON config file", uint64_t{16} << 20, kJsonMaxDepth, uint64_t{1} << 20,
                                         uint64_t{1} << 20, false};
-// tokenizer_config.json (chat templates, added tokens), special_tokens_map.json, the index of
-// safetensors shards: KiB to a few MiB (DeepSeek-V3's index: 9 MB).
+// tokenizer_config.json (chat templates, added tokens), special_tokens_map.json,
+// generation_config.json, the index of safetensors shards: KiB to a few MiB (DeepSeek-V3's
+// index: 9 MB).
 inline constexpr JsonLimits kJsonMetadata{"JSON metadata file", uint64_t{64} << 20, kJsonMaxDepth, uint64_t{16} << 20,
                                           uint64_t{1} << 24, false};
 // tokenizer.json: 2-40 MB as shipped (Llama 3: 9 MB and 0.5M values; Gemma 3: 33 MB); a
