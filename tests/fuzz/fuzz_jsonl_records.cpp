@@ -21,6 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view line = text.substr(at, nl - at);
     at = nl + 1;
     ++line_no;
+    if (line.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos) continue;  // skipped, as the readers do
     try {
       const bcd::ChatRecord r = bcd::parse_chat_record(line, "fuzz.jsonl", line_no, &form);
       // A record's promise (data/chat.h): at least a user and an assistant turn, the last the assistant's.
