@@ -11,7 +11,7 @@ usage() {
 usage: scripts/test.sh [CTEST_ARGS...]
   Sets up and builds (scripts/setup.sh), then runs ctest in build/ with CTEST_ARGS, e.g.
   -L unit, -LE gpu, -R Model (ctest --help lists them). Without arguments the whole suite,
-  and a bounded fuzzing run of the safetensors parser first (scripts/fuzz.sh).
+  and a bounded fuzzing run of the file parsers first (scripts/fuzz.sh).
   -h, --help   this text
 Environment: BCD_TEST_JOBS tests at once (default: the cores); those of scripts/setup.sh.
 EOF_USAGE
@@ -44,7 +44,7 @@ if command -v ctest > /dev/null; then check_ctest_args "$@"; checked=1; fi
 
 scripts/setup.sh
 ((checked)) || check_ctest_args "$@"
-# The whole suite also fuzzes the safetensors parser for a bounded run (clang, build-fuzz/, ~15 s);
+# The whole suite also fuzzes the parsers of strangers' files for a bounded run (clang, build-fuzz/, ~1 min);
 # a ctest selection (arguments) skips it.
 if [[ $# -eq 0 ]]; then
   scripts/fuzz.sh

@@ -215,6 +215,14 @@ TEST(HfConfig, RejectsUnsupportedInputNamingTheFile) {
   expect_error(R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
     "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 3})", "divisible");
   expect_error("{not json", "invalid JSON");
+  // Found by fuzz_hf_config: a float past int64 was cast (undefined behaviour), a fraction cut.
+  const std::string shape = R"("model_type": "llama", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+    "num_attention_heads": 2)";
+  expect_error("{" + shape + R"(, "intermediate_size": 14e36})", "key \"intermediate_size\" is 1.4e+37; expected an integer");
+  expect_error("{" + shape + R"(, "intermediate_size": 16.5})", "key \"intermediate_size\" is 16.5; expected an integer");
+  expect_error("{" + shape + R"(, "intermediate_size": 18446744073709551615})", "is 18446744073709551615; expected");
+  EXPECT_EQ(model_config_from_hf((test::write_text(dir.file("f.json"), "{" + shape + R"(, "intermediate_size": 16.0})"),
+                                  dir.file("f.json")), ModelConfig{}).d_ff, 16);
   EXPECT_THROW(model_config_from_hf(dir.file("missing.json"), ModelConfig{}), UserError);
 }
 

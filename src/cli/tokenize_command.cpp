@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/json_read.h"
 #include "base/printable.h"
 #include "cli/command.h"
 #include "cli/flags.h"
@@ -41,7 +42,7 @@ void print_ids(const std::vector<int>& ids, std::string* out) {
 
 // The ids of a --decode line: a JSON array of integers within the vocabulary.
 std::vector<int> parse_ids(const std::string& text, const std::string& file, int64_t line, int vocab) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const json j = parse_json(text, kJsonDecodeLine, fmt::format("{}:{}", file, line), /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_array())
     line_error(file, line, fmt::format("not a JSON array of token ids: {}", shorten_line(text, 80)));
   std::vector<int> ids;
@@ -84,13 +85,14 @@ Command add_tokenize(CLI::App& app) {
     if (!in) user_error("{}: cannot open ({})", f->input, std::strerror(errno));
     std::string line, out;
     int64_t line_no = 0;
+    const JsonLimits& limits = f->decode ? kJsonDecodeLine : kJsonlRecord;  // plain text lines too
     int jsonl = -1;  // decided by the first non-blank line: a JSON object there makes the file JSONL
     auto flush = [&](bool always) {
       if (!always && out.size() < (1 << 16)) return;
       std::fwrite(out.data(), 1, out.size(), stdout);
       out.clear();
     };
-    while (std::getline(in, line)) {
+    while (read_json_line(in, &line, limits, f->input, line_no + 1)) {
       ++line_no;
       if (f->decode) {
         if (is_blank(line)) continue;
@@ -100,14 +102,16 @@ Command add_tokenize(CLI::App& app) {
         flush(false);
         continue;
       }
-      if (jsonl < 0 && !is_blank(line)) {
-        const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-        jsonl = !j.is_discarded() && j.is_object();
+      const std::string source = fmt::format("{}:{}", f->input, line_no);
+      if (jsonl < 0 && !is_blank(line)) {  // only a line that may be an object is judged as JSON
+        const bool object = line[line.find_first_not_of(" \t\r\n\f\v")] == '{';
+        const json j = object ? parse_json(line, kJsonlRecord, source, /*allow_exceptions=*/false) : json();
+        jsonl = object && !j.is_discarded() && j.is_object();
       }
       std::string text;
       if (jsonl == 1) {
         if (is_blank(line)) continue;
-        const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+        const json j = parse_json(line, kJsonlRecord, source, /*allow_exceptions=*/false);
         if (j.is_discarded() || !j.is_object())
           line_error(f->input, line_no, "not a JSON object; the file is JSONL (its first record is one): expected "
                                         "{\"text\": string}");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json_read.h"
 #include "base/printable.h"
 #include "data/chat.h"
 
@@ -274,7 +275,7 @@ ChatRecord parse_chat_record(std::string_view line, const std::string& file, int
   const Where w{file, line_no};
   json j;
   try {
-    j = json::parse(line.begin(), line.end());
+    j = parse_json(line, kJsonlRecord, fmt::format("{}:{}", file, line_no));
   } catch (const json::parse_error& e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: <why>";
     // the line within our one-line text would only confuse next to FILE:LINE
@@ -316,7 +317,7 @@ std::vector<ChatRecord> read_chat_jsonl(const std::string& path, bool skip_bad, 
   std::vector<ChatRecord> out;
   std::string line;
   FileForm form;
-  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+  for (int64_t line_no = 1; read_json_line(in, &line, kJsonlRecord, path, line_no); ++line_no) {
     if (is_blank(line)) continue;
     if (!skip_bad) {
       out.push_back(parse_chat_record(line, path, line_no, &form));

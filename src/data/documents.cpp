@@ -15,6 +15,7 @@
 #include "base/bytes.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_read.h"
 
 namespace bcd {
 
@@ -169,7 +170,12 @@ InputFormat sniff_format(const fs::path& path) {
     while (r.next(&line, &whole)) {
       if (trim(line).empty()) continue;
       if (!whole) return InputFormat::kChatJsonl;
-      nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+      nlohmann::json j;
+      try {
+        j = parse_json(line, kJsonlRecord, fmt::format("{}:{}", path.string(), r.line_no()), /*allow_exceptions=*/false);
+      } catch (const UserError&) {
+        return InputFormat::kChatJsonl;  // past a bound, as a line that is not JSON: its parser names it
+      }
       const bool text = j.is_object() && j.contains("text") && j["text"].is_string() && !j.contains("prompt") &&
                         !j.contains("messages") && !j.contains("instruction") && !j.contains("conversations");
       return text ? InputFormat::kTextJsonl : InputFormat::kChatJsonl;
@@ -298,7 +304,8 @@ struct DocumentStream::Impl {
     return true;
   }
   bool text_record(std::string_view line, Document* d) {
-    nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+    const std::string source = fmt::format("{}:{}", reader_->path(), reader_->line_no());
+    nlohmann::json j = parse_json(line, kJsonlRecord, source, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
       user_error("{}:{}: {}; expected a JSON object with a \"text\" string (the file's first record has one)",
                  reader_->path(), reader_->line_no(),

@@ -28,7 +28,7 @@ int byte_fallback_value(const std::string& t) {
 
 // ---- Decoders ----
 
-Decoder Decoder::from_json(const json& j, const Where& where) {
+Decoder Decoder::from_json(const json& j, const Where& where, int depth) {
   const auto [type, w] = component_type(j, where, "a decoder");
   Decoder d;
   if (type == "ByteLevel") {
@@ -65,7 +65,8 @@ Decoder Decoder::from_json(const json& j, const Where& where) {
   } else if (type == "Sequence") {
     Fields f(j, w, {"type", "decoders"});
     d.kind = Kind::kSequence;
-    for (const auto& [part, at] : f.parts("decoders")) d.children.push_back(from_json(*part, at));
+    check_sequence_depth(f, depth);
+    for (const auto& [part, at] : f.parts("decoders")) d.children.push_back(from_json(*part, at, depth + 1));
   } else {
     load_error(w, fmt::format("the decoder \"{}\" is not implemented (implemented: ByteLevel, Metaspace, Replace, "
                               "ByteFallback, Fuse, Strip, Sequence)",
@@ -192,8 +193,12 @@ void Decoder::apply(std::vector<std::string>& tokens) const {
 
 // ---- Post-processors ----
 
-PostProcessor PostProcessor::from_json(const json& j, const Where& where) {
-  const auto [type, w] = component_type(j, where, "a post-processor");
+PostProcessor PostProcessor::from_json(const json& j, const Where& where, int depth) {
+  // not a structured binding: the lambdas below capture w (C++17 lets no lambda capture one;
+  // gcc allows it, clang does not)
+  const std::pair<std::string, Where> typed = component_type(j, where, "a post-processor");
+  const std::string& type = typed.first;
+  const Where& w = typed.second;
   PostProcessor p;
   if (type == "ByteLevel") {
     Fields f(j, w, {"type", "add_prefix_space", "trim_offsets", "use_regex"});  // offsets only
@@ -201,7 +206,8 @@ PostProcessor PostProcessor::from_json(const json& j, const Where& where) {
   } else if (type == "Sequence") {
     Fields f(j, w, {"type", "processors"});
     p.kind = Kind::kSequence;
-    for (const auto& [part, at] : f.parts("processors")) p.children.push_back(from_json(*part, at));
+    check_sequence_depth(f, depth);
+    for (const auto& [part, at] : f.parts("processors")) p.children.push_back(from_json(*part, at, depth + 1));
   } else if (type == "TemplateProcessing") {
     // The pair template is read for its shape only: pairs are never encoded here.
     Fields f(j, w, {"type", "single", "pair", "special_tokens"});

@@ -60,6 +60,13 @@ class Fields {
   Where where_;
 };
 
+// Sequences of normalizers, pre-tokenizers, decoders or post-processors nest at most this deep
+// (shipped files nest none): loading and applying them recurse once a level.
+constexpr int kMaxSequenceDepth = 16;
+// f.fail naming the bound when the Sequence of `f` lies inside `depth` others, kMaxSequenceDepth
+// or more.
+void check_sequence_depth(const Fields& f, int depth);
+
 // The one code point that option `key` holds (a Metaspace replacement, a Strip content); f.fail
 // naming the key otherwise.
 uint32_t one_char(const std::string& s, const Fields& f, const char* key);
@@ -152,7 +159,8 @@ struct Normalizer {
   Pattern pattern;   // Replace
   std::vector<Normalizer> children;
 
-  static Normalizer from_json(const nlohmann::json& j, const Where& w);
+  // `depth`: the Sequences around it (check_sequence_depth)
+  static Normalizer from_json(const nlohmann::json& j, const Where& w, int depth = 0);
   // `at_origin`: whether the string's first character still stands for the first character of
   // the original text (Metaspace's prepend_scheme "first" asks).
   void apply(std::string& s, bool& at_origin) const;
@@ -179,7 +187,8 @@ struct PreTokenizer {
   bool split = true;
   std::vector<PreTokenizer> children;
 
-  static PreTokenizer from_json(const nlohmann::json& j, const Where& w);
+  // `depth`: the Sequences around it (check_sequence_depth)
+  static PreTokenizer from_json(const nlohmann::json& j, const Where& w, int depth = 0);
   void apply(std::vector<PreToken>& pieces) const;
 };
 
@@ -240,7 +249,8 @@ struct Decoder {
   int64_t strip_start = 0, strip_stop = 0;
   std::vector<Decoder> children;
 
-  static Decoder from_json(const nlohmann::json& j, const Where& w);
+  // `depth`: the Sequences around it (check_sequence_depth)
+  static Decoder from_json(const nlohmann::json& j, const Where& w, int depth = 0);
   void apply(std::vector<std::string>& tokens) const;  // decode_chain
 };
 
@@ -256,7 +266,8 @@ struct PostProcessor {
   std::vector<Piece> single;  // TemplateProcessing's single template
   std::vector<PostProcessor> children;
 
-  static PostProcessor from_json(const nlohmann::json& j, const Where& w);
+  // `depth`: the Sequences around it (check_sequence_depth)
+  static PostProcessor from_json(const nlohmann::json& j, const Where& w, int depth = 0);
   void apply(std::vector<int32_t>& ids) const;
 };
 

@@ -10,7 +10,7 @@ namespace bcd::hf {
 
 using nlohmann::json;
 
-Normalizer Normalizer::from_json(const json& j, const Where& where) {
+Normalizer Normalizer::from_json(const json& j, const Where& where, int depth) {
   const auto [type, w] = component_type(j, where, "a normalizer");
   Normalizer n;
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD" || type == "Lowercase" ||
@@ -40,7 +40,8 @@ Normalizer Normalizer::from_json(const json& j, const Where& where) {
   } else if (type == "Sequence") {
     Fields f(j, w, {"type", "normalizers"});
     n.kind = Kind::kSequence;
-    for (const auto& [part, at] : f.parts("normalizers")) n.children.push_back(from_json(*part, at));
+    check_sequence_depth(f, depth);
+    for (const auto& [part, at] : f.parts("normalizers")) n.children.push_back(from_json(*part, at, depth + 1));
   } else {
     load_error(w, fmt::format("the normalizer \"{}\" is not implemented (implemented: NFC, NFD, NFKC, NFKD, "
                               "Lowercase, Strip, StripAccents, Prepend, Replace, ByteLevel, Sequence)",

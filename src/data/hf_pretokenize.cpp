@@ -80,7 +80,7 @@ int char_to_byte(uint32_t c) {
   return c < 512 ? inverse[c] : -1;
 }
 
-PreTokenizer PreTokenizer::from_json(const json& j, const Where& where) {
+PreTokenizer PreTokenizer::from_json(const json& j, const Where& where, int depth) {
   const auto [type, w] = component_type(j, where, "a pre-tokenizer");
   PreTokenizer p;
   if (type == "Split") {
@@ -127,7 +127,8 @@ PreTokenizer PreTokenizer::from_json(const json& j, const Where& where) {
   } else if (type == "Sequence") {
     Fields f(j, w, {"type", "pretokenizers"});
     p.kind = Kind::kSequence;
-    for (const auto& [part, at] : f.parts("pretokenizers")) p.children.push_back(from_json(*part, at));
+    check_sequence_depth(f, depth);
+    for (const auto& [part, at] : f.parts("pretokenizers")) p.children.push_back(from_json(*part, at, depth + 1));
   } else {
     load_error(w, fmt::format("the pre-tokenizer \"{}\" is not implemented (implemented: Split, ByteLevel, "
                               "Metaspace, Digits, Whitespace, WhitespaceSplit, Punctuation, "

@@ -55,6 +55,12 @@ const json& Fields::req(const char* key) const {
   return *v;
 }
 
+void check_sequence_depth(const Fields& f, int depth) {
+  if (depth >= kMaxSequenceDepth)
+    f.fail(fmt::format("a Sequence inside {} others; the limit for a tokenizer.json is {} levels of Sequence", depth,
+                       kMaxSequenceDepth));
+}
+
 uint32_t one_char(const std::string& s, const Fields& f, const char* key) {
   size_t i = 0;
   if (s.empty() || utf8_invalid_at(s) != std::string::npos) f.fail(fmt::format("\"{}\" must be one character", key));

@@ -5,16 +5,13 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <unordered_set>
 
 #include "base/error.h"
+#include "base/json_read.h"
 #include "data/hf_internal.h"
 
 namespace bcd {
@@ -190,13 +187,8 @@ namespace {
 json read_json(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) user_error("tokenizer file {} is a directory; expected tokenizer.json", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) user_error("cannot open tokenizer file {}: {}", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) user_error("cannot read tokenizer file {}: {}", path, std::strerror(errno));
   try {
-    return json::parse(ss.str());
+    return read_json_file(path, kJsonTokenizer, "tokenizer file");
   } catch (const json::parse_error& e) {
     user_error("tokenizer file {} is not valid JSON: {}", path, e.what());
   }

@@ -15,6 +15,7 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "base/bytes.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "data/hf_tokenizer.h"
@@ -184,15 +185,21 @@ Tokenizer::~Tokenizer() = default;
 
 namespace {
 
-// A tokenizer.json is JSON whatever its name; a sentencepiece model is a protobuf, whose first
-// byte is never '{' (field 1, a repeated message, is tagged 0x0a).
+// A tokenizer.json is JSON whatever its name (a .json name says so at once, whatever the file
+// holds: the JSON reader judges it); a sentencepiece model is a protobuf, whose first byte is
+// never '{' (field 1, a repeated message, is tagged 0x0a). The look stops after 1 MiB of blanks.
 bool is_json_file(const std::string& path) {
+  constexpr std::string_view kJson = ".json";
+  if (path.size() >= kJson.size() && path.compare(path.size() - kJson.size(), kJson.size(), kJson) == 0) return true;
   std::ifstream in(path, std::ios::binary);
   char c = 0;
-  while (in.get(c))
+  for (int n = 0; n < (1 << 20) && in.get(c); ++n)
     if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return c == '{';
   return false;
 }
+
+// sentencepiece reads a model whole: shipped ones are 0.5-5 MB (Gemma's 4 MB).
+constexpr uint64_t kMaxSpmModelBytes = uint64_t{256} << 20;
 
 }  // namespace
 
@@ -210,6 +217,10 @@ Tokenizer Tokenizer::load(const std::string& path) {
   if (is_json_file(file)) {
     t.hf_ = std::make_unique<HfTokenizer>(HfTokenizer::load(file));
   } else {
+    const uint64_t bytes = fs::file_size(file, ec);
+    if (!ec && bytes > kMaxSpmModelBytes)
+      user_error("tokenizer {}: {} ({} bytes); the limit for a sentencepiece model is {} (the file was not read)", file,
+                 format_bytes(bytes), bytes, format_bytes(kMaxSpmModelBytes));
     t.sp_ = new_processor();
     SpmStatus status([&] { return t.sp_->Load(file); });
     if (!status.ok())

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_read.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 
@@ -24,8 +25,7 @@ using nlohmann::json;
 std::optional<json> read_config(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
-  const std::string text = read_file(path.string(), "tokenizer config");
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json j = read_json_file(path.string(), kJsonMetadata, "tokenizer config", /*allow_exceptions=*/false);
   if (j.is_discarded()) user_error("{}: not valid JSON; expected the Hugging Face tokenizer file of that name", path.string());
   if (!j.is_object()) user_error("{}: a JSON {}; expected an object", path.string(), j.type_name());
   return j;
@@ -69,9 +69,16 @@ std::vector<std::string> tokenizer_forms_in(const std::string& dir) {
 }
 
 bool tokenizer_matches(const std::string& file, const std::string& dir) {
-  const std::string mine = read_file(file, "tokenizer");
-  for (const std::string& form : tokenizer_forms_in(dir))
-    if (read_file(form, "tokenizer") == mine) return true;
+  // Sizes first: a file of another size is another tokenizer, and is never read.
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(file, ec);
+  std::optional<std::string> mine;
+  for (const std::string& form : tokenizer_forms_in(dir)) {
+    std::error_code ec2;
+    if (!ec && fs::file_size(form, ec2) != size) continue;
+    if (!mine) mine = read_file(file, "tokenizer");
+    if (read_file(form, "tokenizer") == *mine) return true;
+  }
   return false;
 }
 

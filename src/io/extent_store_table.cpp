@@ -8,11 +8,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "io/extent_store.h"
 #include "base/error.h"
+#include "base/json_read.h"
 
 namespace bcd {
 
@@ -84,10 +84,8 @@ void ExtentStore::sync() {
 
 void ExtentStore::load_table() {
   const std::string path = meta_path(paths_[0]);
-  std::ifstream in(path);
-  if (!in) user_error("extent store: open {}: {}", path, errno_text(errno));
   try {
-    nlohmann::json j = nlohmann::json::parse(in);
+    nlohmann::json j = read_json_file(path, kJsonStoreTable, "extent store table");
     if (j.value("format", "") != kFormat || j.value("version", 0) != kVersion)
       user_error("extent store: {} is not a version-{} extent store table", path, kVersion);
     const std::string stored_sum = j.at("checksum").get<std::string>();

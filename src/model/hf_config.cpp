@@ -9,12 +9,13 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <limits>
 #include <mutex>
 #include <set>
+#include <type_traits>
 
-#include "model/weights.h"
 #include "base/error.h"
+#include "base/json_read.h"
 
 namespace bcd {
 
@@ -107,6 +108,25 @@ class HfReader {
   }
   template <class T>
   T value(const json& v, const std::string& key) const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // nlohmann's get<int64_t> casts a float or a bool (1e37 to int64 is undefined behaviour,
+      // 4096.5 becomes 4096) and wraps an unsigned past INT64_MAX: an integer is an integer in
+      // range, or a float that is one.
+      using lim = std::numeric_limits<T>;
+      if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(lim::max())) return v.get<T>();
+      if (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() >= static_cast<int64_t>(lim::min()) &&
+          v.get<int64_t>() <= static_cast<int64_t>(lim::max()))
+        return v.get<T>();
+      if (v.is_number_float()) {
+        const double d = v.get<double>();
+        // min and max + 1 are powers of two, exact in a double: [min, max + 1) converts
+        if (std::trunc(d) == d && d >= static_cast<double>(lim::min()) && d < static_cast<double>(lim::max()) + 1.0)
+          return static_cast<T>(d);
+      }
+      if (v.is_number())
+        user_error("{}: key \"{}\" is {}; expected an integer from {} to {}", path_, key, v.dump(), lim::min(),
+                   lim::max());
+    }
     try {
       return v.get<T>();
     } catch (const json::exception&) {
@@ -307,11 +327,9 @@ void check_attention_kinds(HfReader& r, const Family& fam, const ModelConfig& m)
 }  // namespace
 
 ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& base) {
-  std::ifstream in(path);
-  if (!in) user_error("{}: cannot open HF config ([model] hf_config, or the config.json of init_from)", path);
   json j;
   try {
-    j = json::parse(in);
+    j = read_json_file(path, kJsonConfig, "HF config ([model] hf_config, or the config.json of init_from)");
   } catch (const json::parse_error& e) {
     user_error("{}: invalid JSON: {}", path, e.what());
   }
@@ -388,46 +406,8 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
   return m;
 }
 
-ModelConfig model_config_from_weights(const std::string& path, const ModelConfig& base) {
-  Config stored;
-  apply_config_text(stored, read_weights_config(path), path);
-  const ModelConfig& f = stored.model;
-  ModelConfig m = base;
-  m.vocab_size = f.vocab_size;
-  m.d_model = f.d_model;
-  m.n_layers = f.n_layers;
-  m.n_heads = f.n_heads;
-  m.n_kv_heads = f.n_kv_heads;
-  m.d_head = f.d_head;
-  m.d_ff = f.d_ff;
-  m.max_seq_len = f.max_seq_len;
-  m.rope_theta = f.rope_theta;
-  m.rope_type = f.rope_type;
-  m.rope_factor = f.rope_factor;
-  m.rope_low_freq_factor = f.rope_low_freq_factor;
-  m.rope_high_freq_factor = f.rope_high_freq_factor;
-  m.rope_original_max_len = f.rope_original_max_len;
-  m.rope_beta_fast = f.rope_beta_fast;
-  m.rope_beta_slow = f.rope_beta_slow;
-  m.rope_attention_factor = f.rope_attention_factor;
-  m.rope_truncate = f.rope_truncate;
-  m.norm_eps = f.norm_eps;
-  m.qkv_bias = f.qkv_bias;
-  m.qk_norm = f.qk_norm;
-  m.tie_embeddings = f.tie_embeddings;
-  return m;
-}
-
 std::string hf_init_dir(const std::string& init_from) {
   return init_from.rfind("hf:", 0) == 0 ? init_from.substr(3) : "";
-}
-
-ModelConfig resolve_model_config(const ModelConfig& cfg) {
-  if (!cfg.hf_config.empty()) return model_config_from_hf(cfg.hf_config, cfg);
-  const std::string dir = hf_init_dir(cfg.init_from);
-  if (!dir.empty()) return model_config_from_hf(dir + "/config.json", cfg);
-  if (!cfg.init_from.empty()) return model_config_from_weights(cfg.init_from, cfg);
-  return cfg;
 }
 
 }  // namespace bcd

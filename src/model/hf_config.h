@@ -1,4 +1,6 @@
 // Mapping of a Hugging Face config.json (llama, mistral, qwen2, qwen3; transformers 4 and 5 forms) onto ModelConfig.
+// hf_config.cpp reads config.json without LibTorch (its fuzz target builds it alone);
+// model_source.cpp holds the two functions that read weights files.
 #pragma once
 
 #include <string>

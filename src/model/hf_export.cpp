@@ -6,11 +6,9 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "model/hf_config.h"
 #include "model/weights.h"
@@ -19,6 +17,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_read.h"
 #include "base/stop.h"
 #include "data/tokenizer.h"
 
@@ -118,7 +117,7 @@ std::string hf_config_json(const ModelConfig& m, const std::string& base_config_
   json j = json::object();
   if (!base_config_json.empty()) {
     try {
-      j = json::parse(base_config_json);
+      j = parse_json(base_config_json, kJsonConfig, "the base config.json");
     } catch (const json::exception&) {
       j = json::object();
     }
@@ -207,7 +206,7 @@ HfExportReport write_hf_files(const LlamaModel& model, const std::string& out_di
   // ---- Files ----
   r.dtype = short_dtype_name(dtype);
   const std::string config_text = hf_config_json(model.config(), base_config_json, dtype);
-  r.model_type = json::parse(config_text)["model_type"].get<std::string>();
+  r.model_type = parse_json(config_text, kJsonConfig, out_dir + "/config.json")["model_type"].get<std::string>();
   std::set<std::string> written = {"config.json"};
   r.files.push_back(out_dir + "/config.json");
   json weight_map = json::object();
@@ -270,21 +269,25 @@ HfExportReport export_hf(const HfExportOptions& opt) {
   if (mc.vocab_size <= 0)
     user_error("{}: the stored config has vocab_size {} (expected the resolved vocabulary size)", opt.checkpoint,
                mc.vocab_size);
-  LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the weights file
-  load_weights(model, opt.checkpoint);
-
+  // The config.json exported over: the one imported with the weights, else [model] hf_config;
+  // judged here, where its source is known, before the model is built.
   std::string base = read_weights_attr(opt.checkpoint, "hf_config_json");
-  if (base.empty() && !mc.hf_config.empty() && fs::is_regular_file(mc.hf_config)) base = read_file(mc.hf_config, "HF config");
+  std::string base_source = opt.checkpoint + ": attribute hf_config_json";
+  if (base.empty() && !mc.hf_config.empty() && fs::is_regular_file(mc.hf_config)) {
+    base = read_json_text(mc.hf_config, kJsonConfig, "HF config");
+    base_source = mc.hf_config;
+  }
+  const json base_json = base.empty() ? json() : parse_json(base, kJsonConfig, base_source, /*allow_exceptions=*/false);
   st::Dtype dtype = st::Dtype::kBF16;
   if (!opt.dtype.empty()) {
     dtype = parse_short_dtype(opt.dtype, "--dtype");
   } else if (const std::string d = read_weights_attr(opt.checkpoint, "hf_dtype"); !d.empty()) {
     dtype = parse_short_dtype(d, opt.checkpoint + ": attribute hf_dtype");
-  } else if (!base.empty()) {
-    const json j = json::parse(base, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("torch_dtype") && j["torch_dtype"].is_string())
-      dtype_from_hf_torch_dtype(j["torch_dtype"].get<std::string>(), dtype);
+  } else if (base_json.is_object() && base_json.contains("torch_dtype") && base_json["torch_dtype"].is_string()) {
+    dtype_from_hf_torch_dtype(base_json["torch_dtype"].get<std::string>(), dtype);
   }
+  LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the weights file
+  load_weights(model, opt.checkpoint);
 
   HfExportReport r = export_hf_model(model, opt.out_dir, dtype, opt.shard_bytes, base);
   // The tokenizer beside the weights (a run's model.h5, an imported file), or in the run

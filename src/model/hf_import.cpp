@@ -5,12 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "model/weights.h"
 #include "model/hf_config.h"
@@ -19,6 +17,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_read.h"
 #include "data/tokenizer.h"
 #include "base/progress.h"
 #include "base/stop.h"
@@ -35,11 +34,9 @@ constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 // weight_map of model.safetensors.index.json: tensor name -> shard file name (same directory).
 std::map<std::string, std::string> read_weight_map(const std::string& index) {
-  std::ifstream in(index);
-  if (!in) user_error("{}: cannot open", index);
   json j;
   try {
-    j = json::parse(in);
+    j = read_json_file(index, kJsonMetadata, "safetensors index");
   } catch (const json::exception& e) {
     user_error("{}: invalid JSON ({})", index, e.what());
   }
@@ -255,11 +252,11 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
                  "{}), but the safetensors in {} hold only {} values: config.json does not match the weights",
                  cfg_path, implied, mc.n_layers, mc.d_model, mc.d_ff, mc.vocab_size, dir, stored);
   }
-  const std::string config_text = read_file(cfg_path, "HF config");
+  const std::string config_text = read_json_text(cfg_path, kJsonConfig, "HF config");
   LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the files
   HfImportSummary s;
   s.info = import_hf_weights(model, dir);
-  s.model_type = json::parse(config_text).value("model_type", "");
+  s.model_type = parse_json(config_text, kJsonConfig, cfg_path).value("model_type", "");
   s.n_params = model.num_params();
 
   // The stored config is self-contained: the shape is in its fields, not in a path to DIR.

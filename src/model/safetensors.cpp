@@ -179,7 +179,7 @@ Header parse_header_json(const char* text, size_t len, uint64_t data_bytes, cons
     return true;
   };
   try {
-    j = json::parse(text, text + len, cb);
+    j = parse_json(std::string_view(text, len), kJsonSafetensorsHeader, source, /*allow_exceptions=*/true, cb);
   } catch (const json::exception& e) {
     user_error("{}: safetensors header is not valid JSON ({})", source, e.what());
   }

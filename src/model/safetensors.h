@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/json_read.h"
 
 namespace bcd::st {
 
@@ -23,8 +24,9 @@ size_t dtype_size(Dtype d);
 // false for names outside the safetensors set
 bool dtype_from_name(const std::string& name, Dtype& out);
 
-// The header is at most this long (a larger length field means a corrupt or hostile file).
-constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+// The header is at most this long (a larger length field means a corrupt or hostile file): the
+// bound of base/json_read.h's safetensors header, judged here before the header is read.
+constexpr uint64_t kMaxHeaderBytes = kJsonSafetensorsHeader.max_bytes;
 
 struct TensorInfo {
   std::string name;

@@ -10,6 +10,7 @@
 #include "base/bytes.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_read.h"
 #include "runtime/cuda_torch.h"
 #include "runtime/run_setup.h"
 
@@ -39,7 +40,7 @@ void truncate_metrics(const std::string& path, int64_t first_step) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     try {
-      if (nlohmann::json::parse(line).at("step").get<int64_t>() >= first_step) break;
+      if (parse_json(line, kJsonMetricsLine, path).at("step").get<int64_t>() >= first_step) break;
     } catch (const std::exception&) {
       break;  // a torn last line of a killed run
     }

@@ -26,6 +26,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_read.h"
 
 extern char** environ;
 
@@ -81,11 +82,11 @@ Records read_records(const std::string& path) {
   if (!in) user_error("{}: {}", path, std::strerror(errno));
   Records records;
   std::string line;
-  for (size_t lineno = 1; std::getline(in, line); ++lineno) {
+  for (int64_t lineno = 1; read_json_line(in, &line, kJsonMetricsLine, path, lineno); ++lineno) {
     if (trim(line).empty()) continue;
     Json rec;
     try {
-      rec = Json::parse(line);
+      rec = parse_json(line, kJsonMetricsLine, fmt::format("{}:{}", path, lineno));
     } catch (const Json::parse_error& e) {
       // The last line, without its newline: a run killed while writing it. What came before is
       // whole, and plotted.

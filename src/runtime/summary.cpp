@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/files.h"
+#include "base/json_read.h"
 
 namespace bcd {
 
@@ -31,7 +32,7 @@ void write_summary(const std::string& run_dir, const nlohmann::json& j) {
 }
 
 std::optional<SummaryStatus> read_summary_status(const std::string& path) {
-  const auto j = nlohmann::json::parse(read_file(path, "run summary"), nullptr, /*allow_exceptions=*/false);
+  const auto j = read_json_file(path, kJsonConfig, "run summary", /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("status") || !j["status"].is_string())
     return std::nullopt;
   SummaryStatus out;

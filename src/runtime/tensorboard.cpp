@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/json_read.h"
 
 namespace bcd {
 
@@ -161,7 +162,8 @@ EventFileWriter open_tensorboard(const std::string& run_dir) {
   const double t = now_seconds();
   while (std::getline(in, line)) {
     if (line.empty()) continue;
-    const nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json rec =
+        parse_json(line, kJsonMetricsLine, (fs::path(run_dir) / "metrics.jsonl").string(), /*allow_exceptions=*/false);
     if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) break;
     w.add_scalars(rec["step"].get<int64_t>(), metrics_scalars(rec), t);
   }
