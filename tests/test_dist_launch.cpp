@@ -196,6 +196,14 @@ TEST(Launch, BadOptionsAreRefused) {
   EXPECT_EQ(ls.exit_code, 2) << ls.output;
   EXPECT_NE(ls.output.find("launch: `ls` is not a bcdtrain command"), std::string::npos) << ls.output;
   EXPECT_EQ(ls.output.find("bcdtrain ls"), std::string::npos) << ls.output;
+  // A rendezvous host this machine cannot resolve is named with the resolver's reason, before any
+  // rank starts (each rank used to time out on its own).
+  auto dns = test::run_bcdtrain("launch --nnodes 2 --node-rank 1 --nproc 1 --master-addr no-such-host.invalid "
+                                "--master-port 29999 train --config " + test::source_path("configs/tiny.toml"));
+  EXPECT_EQ(dns.exit_code, 2) << dns.output;
+  EXPECT_NE(dns.output.find("launch: --master-addr no-such-host.invalid: cannot be resolved on this machine ("),
+            std::string::npos) << dns.output;
+  EXPECT_EQ(dns.output.find("bcdtrain launch: rank"), std::string::npos) << dns.output;
   auto bogus = test::run_bcdtrain("launch --bogus 3 train");
   EXPECT_EQ(bogus.exit_code, 2) << bogus.output;
   EXPECT_NE(bogus.output.find("--bogus: unknown option of `launch`"), std::string::npos) << bogus.output;

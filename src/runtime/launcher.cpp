@@ -2,6 +2,7 @@
 #include "runtime/launcher.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -72,6 +73,21 @@ void check_port_free(const std::string& addr, int port) {
                "free one",
                port, port, addr, port);
   user_error("launch: --master-port {}: rank 0 could not listen on {}:{}: {}", port, addr, port, std::strerror(err));
+}
+
+// The rendezvous host must be a name or address this machine can resolve: the ranks would
+// otherwise each fail after dist.timeout_s with c10d's own account, which leaves the resolver's out.
+void check_master_addr(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(addr.c_str(), nullptr, &hints, &found);
+  if (found) ::freeaddrinfo(found);
+  if (rc != 0)
+    user_error("launch: --master-addr {}: cannot be resolved on this machine ({}); give node 0's host name or IP "
+               "address as this machine sees it",
+               addr, rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc));
 }
 
 std::string self_exe() {
@@ -298,6 +314,7 @@ int watch_ranks(const LaunchOptions& opt, std::vector<Rank>& ranks, int interrup
 }  // namespace
 
 int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& command) {
+  check_master_addr(opt.master_addr);
   if (opt.master_port > 0 && opt.node_rank == 0) check_port_free(opt.master_addr, opt.master_port);
   const int port = opt.master_port > 0 ? opt.master_port : free_port();
   g_forward_signal.store(0);
