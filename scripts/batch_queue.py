@@ -210,6 +210,18 @@ def cmd_plan(argv):
         key = os.path.normpath(run_dir)
         if key in taken:
             raise UsageError(f"{where}: run directory {run_dir} is also that of {taken[key][1]}")
+        # A run directory is a run's alone: not the runs directory itself (its batch files, every
+        # other run), and not inside or around another line's (one run's checkpoints and files in
+        # another's tree).
+        here = os.path.abspath(key)
+        if here == os.path.abspath(runs_dir):
+            raise UsageError(f"{where}: run directory {run_dir} is the runs directory itself (--runs {runs_dir})")
+        for other, (_, other_where) in taken.items():
+            there = os.path.abspath(other)
+            if os.path.commonpath([here, there]) in (here, there):
+                inner, outer = (run_dir, other) if len(here) > len(there) else (other, run_dir)
+                raise UsageError(f"{where}: run directory {run_dir} nests with {other_where}'s {other} "
+                                 f"({inner} is inside {outer}): give each run a directory of its own")
         taken[key] = (text, where)
         check_exec_size(where, ["train", "--config", config] + args)
         out.append(shlex.join([str(i), run_dir, text, where, config] + args) + "\0")
@@ -405,6 +417,11 @@ def split_values(text, arg):
     values.append(cur)
     if any(v == "" for v in values):
         raise UsageError(f"'{arg}': empty value")
+    # A queue is one run a line: a value with a line break would cut its line in two.
+    for v in values:
+        if any(ch in v for ch in "\n\r\0"):
+            raise UsageError(f"{arg.partition('=')[0]}: the value {v!r} holds a line break or NUL "
+                             "(a queue holds one run a line)")
     if len(set(values)) != len(values):
         raise UsageError(f"'{arg}': a value is listed twice")
     return values

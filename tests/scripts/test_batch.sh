@@ -258,6 +258,17 @@ EOF
   expect_rc dup 2
   expect_text dup err "dup.txt:2: run directory r3/tiny__train.steps=1 is also that of dup.txt:1"
   expect_absent dup r3
+
+  # A run directory that is the runs directory, or inside another line's, is refused too.
+  printf 'configs/tiny.toml --train.steps=1 --train.run_dir=r4\n' > same.txt
+  run same bash "$batch" --runs r4 same.txt
+  expect_rc same 2
+  expect_text same err "same.txt:1: run directory r4 is the runs directory itself"
+  printf 'configs/tiny.toml --train.steps=1 --train.run_dir=r5/a\nconfigs/tiny.toml --train.steps=2 --train.run_dir=r5/a/b\n' > nest.txt
+  run nest bash "$batch" --runs r5 nest.txt
+  expect_rc nest 2
+  expect_text nest err "nest.txt:2: run directory r5/a/b nests with nest.txt:1's r5/a"
+  expect_absent nest r5/a
 }
 
 case_errors() {
@@ -384,6 +395,13 @@ case_sweep_errors() {
     [[ ! -s $name.out ]] || fail "$name: printed lines despite the error: $(head -c 300 "$name.out")"
   done
   expect_absent sweep_errors runs
+  # A value with a line break would make a queue of cut lines that batch.sh cannot read.
+  run newline bash "$sweep" configs/tiny.toml "sample.prompts=[\"a
+b\"]"
+  expect_rc newline 2
+  expect_text newline err "sample.prompts: the value '[\"a\\nb\"]' holds a line break or NUL"
+  [[ $(wc -l < newline.err) == 1 ]] || fail "newline: stderr is not one line: $(cat newline.err)"
+  [[ ! -s newline.out ]] || fail "newline: printed lines despite the error"
 }
 
 case_sweep_run() {
