@@ -5,6 +5,7 @@
 // `tokenizers` 0.23.3 (Python bindings) on the same JSON.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -196,6 +197,11 @@ TEST(HfTokenizer, RefusesWhatItDoesNotImplement) {
        {"pre_tokenizer (Metaspace)", "sometimes"}},
       {"merge outside the vocab", [](json& j) { j["model"]["merges"] = {"a c"}; }, {"model (BPE)", "\"c\""}},
       {"version", [](json& j) { j["version"] = "2.0"; }, {"version"}},
+      // A file's own size sets the memory it may ask for: an id far past the pieces, or no piece.
+      {"sparse ids", [](json& j) { j["model"]["vocab"]["x"] = 50000000; },
+       {"model (BPE)", "has 4 pieces but the id 50000000", "gaps are a few ids"}},
+      {"empty vocab", [](json& j) { j["model"]["vocab"] = json::object(), j["model"]["merges"] = json::array(); },
+       {"model (BPE)", "\"vocab\" is empty"}},
   };
   test::TempDir tmp("hf-refuse");
   const std::string path = tmp.file("tokenizer.json");
@@ -210,6 +216,24 @@ TEST(HfTokenizer, RefusesWhatItDoesNotImplement) {
     EXPECT_NE(msg.find(path), std::string::npos) << r.what << ": " << msg;
     for (const std::string& s : r.said) EXPECT_NE(msg.find(s), std::string::npos) << r.what << ": " << msg;
   }
+}
+
+// A pattern that searches the rest of the text again from every position is quadratic in the
+// text: it gets a time budget per text (1 s plus 2 us a byte) and is refused past it, naming the
+// pattern (a megabyte of "a" ran for minutes).
+TEST(HfTokenizer, AQuadraticPatternIsRefusedWithinItsBudget) {
+  test::TempDir tmp("hf-budget");
+  json j = minimal_tokenizer();
+  j["pre_tokenizer"] = json::parse(R"({"type": "Split", "pattern": {"Regex": "[ab]*c|a"}, "behavior": "Isolated", "invert": false})");
+  const std::string path = tmp.file("tokenizer.json");
+  test::write_text(path, j.dump());
+  const HfTokenizer tok = HfTokenizer::load(path);
+  EXPECT_EQ(tok.encode("aab", false).size(), 3u);  // a, a, b: the pattern works on ordinary text
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = test::error_of([&] { tok.encode(std::string(300000, 'a'), false); });
+  EXPECT_NE(msg.find("the tokenizer's pattern \"[ab]*c|a\" took more than 1.6 s on a text of 300000 bytes"),
+            std::string::npos) << msg;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << "refused, but not within its budget";
 }
 
 TEST(HfTokenizer, RefusesInvalidInput) {

@@ -2,6 +2,7 @@
 // chunks or on the thread count, over-long documents and lines are cut within the memory limit,
 // JSONL text records, and the peak memory of a corpus far larger than the limit given to it.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -212,6 +213,30 @@ TEST(StreamingPrepare, SigtermStopsAndLeavesNoStagingDirectory) {
       << test::read_text(tmp.file("log"));
   EXPECT_FALSE(staging()) << "a staging directory was left behind";
   EXPECT_FALSE(fs::exists(out));
+}
+
+// A document the tokenizer refuses (here its pattern's time budget) is named by its input file
+// and line, and the tokenizer by its file: the message used to name neither.
+TEST(StreamingPrepare, ATokenizingErrorNamesTheInputAndTheTokenizer) {
+  TempDir tmp("bcd-tokerr");
+  const std::string src = test::source_path("../shared/data/tokenizers/llama2");
+  fs::create_directories(tmp.file("tok"));
+  nlohmann::json j = nlohmann::json::parse(test::read_text(src + "/tokenizer.json"));
+  j["pre_tokenizer"] = nlohmann::json::parse(
+      R"({"type": "Split", "pattern": {"Regex": "[ab]*c|a"}, "behavior": "Isolated", "invert": false})");
+  test::write_text(tmp.file("tok/tokenizer.json"), j.dump());
+  fs::copy_file(src + "/tokenizer_config.json", tmp.file("tok/tokenizer_config.json"));
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += "A short paragraph number " + std::to_string(i) + ".\n\n";
+  text += std::string(300000, 'a') + "\n";
+  test::write_text(tmp.file("in.txt"), text);
+  auto r = test::run_bcdtrain("prepare --input " + tmp.file("in.txt") + " --out " + tmp.file("ds") + " --tokenizer " +
+                              tmp.file("tok/tokenizer.json"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(tmp.file("in.txt") + ":41: the document ending there cannot be tokenized with " +
+                          tmp.file("tok/tokenizer.json") + ": the tokenizer's pattern"),
+            std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp.file("ds")));
 }
 
 TEST(StreamingPrepare, MemoryLimitIsChecked) {

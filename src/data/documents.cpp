@@ -216,7 +216,10 @@ struct DocumentStream::Impl {
         started_ = continued_ = false;
       }
       const bool got = format_ == InputFormat::kTextJsonl || format_ == InputFormat::kChatJsonl ? next_record(d) : next_text(d);
-      if (got) return true;
+      if (got) {
+        d->source = fmt::format("{}:{}", reader_->path(), reader_->line_no());
+        return true;
+      }
       done_bytes_ += reader_->bytes_read();
       if (format_ == InputFormat::kChatJsonl && form_.line > 0) forms_.emplace_back(reader_->path(), form_.form);
       reader_.reset();

@@ -36,6 +36,7 @@ struct Document {
   // Instruction records: what decides the split, the record's roles and contents, so a record
   // is held out or trained on whichever template lays it out.
   std::string split_key;
+  std::string source;  // where it ends: "FILE:LINE" (what an error tokenizing it names)
 };
 
 // The documents of the inputs, in order, one at a time. Text files: a fortune file's records

@@ -60,6 +60,14 @@ std::unique_ptr<Bpe> Bpe::from_json(const json& j, const Where& w) {
                          it->dump()));
     max_id = std::max(max_id, it->get<int64_t>());
   }
+  if (vocab.empty()) f.fail("\"vocab\" is empty: a tokenizer without pieces would drop every text");
+  // Ids are a vocabulary's: dense but for a few gaps. One id of 50,000,000 in a small file would
+  // size a 50M-entry table by itself.
+  const int64_t most = static_cast<int64_t>(vocab.size()) + kMaxVocabGap;
+  if (max_id >= most)
+    f.fail(fmt::format("\"vocab\" has {} pieces but the id {}; ids must stay below the number of pieces plus {} "
+                       "(gaps are a few ids, not millions)",
+                       vocab.size(), max_id, kMaxVocabGap));
   m->pieces_.resize(static_cast<size_t>(max_id + 1));
   m->has_piece_.assign(static_cast<size_t>(max_id + 1), false);
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {

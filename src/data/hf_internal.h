@@ -20,6 +20,13 @@
 
 namespace bcd::hf {
 
+// How far a tokenizer.json model's ids may run past its number of pieces (hf_bpe.cpp).
+constexpr int64_t kMaxVocabGap = 65536;
+// The time one text may take in a pre-tokenizer's pattern (Regex::find_iter): this much, plus
+// this much a byte.
+constexpr double kRegexSecondsPerText = 1.0;
+constexpr double kRegexSecondsPerByte = 2e-6;
+
 // ---- Loading: where in tokenizer.json a value is, for errors ----
 
 // A component being read: the file and the JSON path ("pre_tokenizer.pretokenizers[1]").

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -23,6 +24,7 @@ using nlohmann::json;
 struct RegexCode {
   pcre2_code* code = nullptr;
   bool jit = false;
+  std::string pattern;  // as the tokenizer gives it, for messages
   ~RegexCode() { pcre2_code_free(code); }
 };
 
@@ -37,6 +39,9 @@ struct MatchScratch {
   MatchScratch() {
     BCD_CHECK(data && context && stack, "PCRE2 out of memory");
     pcre2_jit_stack_assign(context, nullptr, stack);
+    // One match's work, bounded (PCRE2's defaults, said here): backtracking steps and nesting.
+    pcre2_set_match_limit(context, 10'000'000);
+    pcre2_set_depth_limit(context, 10'000'000);
   }
   ~MatchScratch() {
     pcre2_match_data_free(data);
@@ -97,6 +102,7 @@ Regex::Regex(const std::string& pattern, Dialect dialect) {
   auto rc = std::make_shared<RegexCode>();
   rc->code = code;
   rc->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  rc->pattern = pattern;
   code_ = std::move(rc);
 }
 
@@ -105,7 +111,18 @@ void Regex::find_iter(std::string_view s, std::vector<std::pair<size_t, size_t>>
   size_t from = 0, start, end;
   bool have_last = false;
   size_t last_end = 0;
+  // The whole text's work, bounded too: a pattern that scans to the end of the text from every
+  // position ([ab]*c|a on a megabyte of "a") is quadratic, each match within PCRE2's limit. The
+  // budget is far above any tokenizer's pace on text (about a microsecond a byte here).
+  using Clock = std::chrono::steady_clock;
+  const auto budget = std::chrono::duration<double>(kRegexSecondsPerText + kRegexSecondsPerByte * static_cast<double>(s.size()));
+  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(budget);
+  size_t matches = 0;
   while (from <= s.size() && match_once(*code_, s, from, 0, &start, &end)) {
+    if (++matches % 64 == 0 && Clock::now() > deadline)
+      throw UserError(fmt::format("the tokenizer's pattern {} took more than {:.1f} s on a text of {} bytes (it "
+                                  "searches the rest of the text again from every position); the text is refused",
+                                  nlohmann::json(code_->pattern).dump(), budget.count(), s.size()));
     if (start == end && have_last && last_end == end) {
       // An empty match right where the last one ended: step one character and search again.
       from += from < s.size() ? utf8_len(static_cast<unsigned char>(s[from])) : 1;

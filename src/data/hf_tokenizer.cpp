@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/json_read.h"
+#include "base/printable.h"
 #include "data/hf_internal.h"
 
 namespace bcd {
@@ -247,7 +248,7 @@ HfTokenizer HfTokenizer::load(const std::string& path) {
       a.lstrip = af.get_bool("lstrip", false);
       a.rstrip = af.get_bool("rstrip", false);
       a.single_word = af.get_bool("single_word", false);
-      af.get_int("id", 0);
+      const int64_t file_id = af.get_int("id", -1);
       if (a.content.empty()) continue;
       if (auto it = m.added_by_content.find(a.content); it != m.added_by_content.end()) {
         a.id = m.added[it->second].id;  // a repeated content: the later entry replaces the earlier
@@ -256,6 +257,12 @@ HfTokenizer HfTokenizer::load(const std::string& path) {
       }
       const int32_t known = m.model->id_of(a.content);
       a.id = known >= 0 ? known : next_id++;
+      // The id is assigned as transformers assigns it (the file's is not read back); where the
+      // file says another one, the ids this tokenizer writes are not the ones the file promises.
+      if (file_id >= 0 && file_id != a.id)
+        fmt::print(stderr, "bcdtrain: warning: {}: added token {} has the id {} in the file but takes the id {} "
+                           "(the model's piece, or the next id after the vocabulary, as transformers assigns it)\n",
+                   path, printable_line(json(a.content).dump()), file_id, a.id);
       m.added_by_content.emplace(a.content, m.added.size());
       m.added.push_back(a);
     }

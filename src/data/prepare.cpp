@@ -426,12 +426,17 @@ void tokenize_pass(const std::vector<Input>& inputs, ChatTemplate chat, const Pr
                   tbb::parallel_for(size_t{0}, c->docs.size(), [&](size_t i) {
                     Document& d = c->docs[i];
                     MaskedTokens& e = c->enc[i];
-                    if (!d.pieces.empty()) {
-                      e = tokenize_chat(d.pieces, tok);
-                    } else {
-                      e.ids = tok.encode(d.text);
-                      e.ids.push_back(eos_id);
-                      if (masked) e.target.assign(e.ids.size(), 1);
+                    try {
+                      if (!d.pieces.empty()) {
+                        e = tokenize_chat(d.pieces, tok);
+                      } else {
+                        e.ids = tok.encode(d.text);
+                        e.ids.push_back(eos_id);
+                        if (masked) e.target.assign(e.ids.size(), 1);
+                      }
+                    } catch (const UserError& err) {  // which input, and which tokenizer
+                      user_error("{}: the document ending there cannot be tokenized with {}: {}", d.source, tok.path(),
+                                 err.what());
                     }
                     d = Document();  // the text is no longer needed
                   });
