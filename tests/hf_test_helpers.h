@@ -156,7 +156,7 @@ inline HfDirOptions stored_as(torch::ScalarType dtype, int shards = 1) {
   return o;
 }
 
-// A HF model directory for `m` (config.json, weights, tokenizer.model).
+// A HF model directory for `m` (config.json, weights, tokenizer.json).
 inline void write_hf_dir(const LlamaModel& m, const std::string& model_type, const std::string& dir, const HfDirOptions& o = {}) {
   fs::create_directories(dir);
   auto sd = hf_state_dict(m);
@@ -166,7 +166,12 @@ inline void write_hf_dir(const LlamaModel& m, const std::string& model_type, con
   cfg["torch_dtype"] = o.dtype == torch::kBFloat16 ? "bfloat16" : o.dtype == torch::kFloat16 ? "float16" : "float32";
   if (o.edit_config) o.edit_config(cfg);
   test::write_text(dir + "/config.json", cfg.dump(2));
-  test::write_text(dir + "/tokenizer.model", "not really a sentencepiece model");
+  // A tokenizer that loads and fits the model (import checks both): three pieces, one merge.
+  test::write_text(dir + "/tokenizer.json", R"({"version": "1.0", "truncation": null, "padding": null,
+    "added_tokens": [], "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": null,
+    "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+              "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+              "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})");
   if (o.shards == 1) return write_st(dir + "/model.safetensors", sd);
   json wm = json::object();
   const size_t per = (sd.size() + o.shards - 1) / o.shards;

@@ -21,8 +21,8 @@ TEST_P(HfRoundTrip, ExportReproducesTheImportedTensorsByteForByte) {
 
   const HfImportSummary s = import_hf_to_file(dir.file("in"), dir.file("run/model.h5"));
   EXPECT_EQ(s.model_type, "qwen2");
-  EXPECT_EQ(s.tokenizer, dir.file("run/tokenizer.model"));
-  EXPECT_EQ(test::read_text(dir.file("run/tokenizer.model")), test::read_text(dir.file("in/tokenizer.model")));
+  EXPECT_EQ(s.tokenizer, dir.file("run/tokenizer.json"));
+  EXPECT_EQ(test::read_text(dir.file("run/tokenizer.json")), test::read_text(dir.file("in/tokenizer.json")));
 
   HfExportOptions xo;
   xo.checkpoint = dir.file("run/model.h5");
@@ -150,7 +150,7 @@ TEST(HfExport, ReexportReplacesAPreviousExportAndRefusesOtherDirectories) {
   // Nor is a HF directory someone else wrote, even with only export-like names.
   const std::string hf = dir.file("hf");
   write_hf_dir(*m, "llama", hf);
-  fs::remove(hf + "/tokenizer.model");
+  fs::remove(hf + "/tokenizer.json");
   const std::string before = test::read_text(hf + "/model.safetensors");
   expect_has(error_of([&] { export_hf_model(*m, hf, st::Dtype::kBF16, 5'000'000'000, ""); }),
              {hf, "model.safetensors was not written by bcdtrain"});
@@ -269,7 +269,7 @@ TEST_F(HfCli, ImportThenExport) {
   write_hf_dir(*m, "llama", dir_.file("in"), stored_as(torch::kBFloat16, 2));
   auto r = test::run_bcdtrain("import --hf " + dir_.file("in") + " --out " + dir_.file("run/model.h5"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_has(r.output, {"imported", "llama", "bf16", "2 safetensors files", "copied tokenizer.model to " + dir_.file("run") + "\n"});
+  expect_has(r.output, {"imported", "llama", "bf16", "2 safetensors files", "copied tokenizer.json to " + dir_.file("run") + "\n"});
   // its phases, as plain lines in a pipe: reading the tensors (bytes), writing the weights file
   expect_has(r.output, {"importing " + dir_.file("in") + ": ", " ...\n", "writing " + dir_.file("run/model.h5") + " ...\n",
                         "writing " + dir_.file("run/model.h5") + ": done in "});
@@ -284,7 +284,7 @@ TEST_F(HfCli, ImportThenExport) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = test::run_bcdtrain("export --checkpoint " + dir_.file("run/model.h5") + " --hf " + dir_.file("out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.model"})
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
     EXPECT_TRUE(fs::exists(dir_.file(std::string("out/") + f))) << f << "\n" << r.output;
   EXPECT_EQ(read_hf_dir(dir_.file("out")).size(), read_hf_dir(dir_.file("in")).size());
   r = test::run_bcdtrain("export --checkpoint " + dir_.file("run/model.h5") + " --hf " + dir_.file("out") +
@@ -292,6 +292,15 @@ TEST_F(HfCli, ImportThenExport) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir_.file("out/model.safetensors.index.json")));
   EXPECT_FALSE(fs::exists(dir_.file("out/model.safetensors")));
+  EXPECT_EQ(r.output.find("no tokenizer beside"), std::string::npos) << r.output;
+  // Without a tokenizer beside the weights the export says it has none (it used to say nothing).
+  fs::create_directories(dir_.file("bare"));
+  fs::copy_file(dir_.file("run/model.h5"), dir_.file("bare/model.h5"));
+  r = test::run_bcdtrain("export --checkpoint " + dir_.file("bare/model.h5") + " --hf " + dir_.file("out2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no tokenizer beside " + dir_.file("bare/model.h5") + " (nor in its run directory): the "
+                          "export has none"),
+            std::string::npos) << r.output;
 }
 
 TEST_F(HfCli, BadInputExitsWith2) {

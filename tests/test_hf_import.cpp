@@ -190,6 +190,26 @@ TEST_F(HfImportErrors, LlamaAttentionBiasIsRefused) {
   expect_has(error_of([&] { import_hf_to_file(dir_.path(), dir_.file("out/model.h5")); }), {"attention_bias"});
 }
 
+// The tokenizer beside the model is checked before anything is written: one this program cannot
+// read (WordPiece) and one of more pieces than the model has rows are refused, naming both.
+TEST_F(HfImportErrors, ATokenizerThatCannotServeTheModelIsRefusedBeforeWriting) {
+  write_hf_dir(*src_, "llama", dir_.path());
+  const std::string out = dir_.file("out/model.h5");
+  test::write_text(dir_.file("tokenizer.json"), R"({"version": "1.0", "model": {"type": "WordPiece", "vocab": {"a": 0}}})");
+  expect_has(error_of([&] { import_hf_to_file(dir_.path(), out); }),
+             {dir_.path(), "the tokenizer that comes with it cannot be used", "WordPiece", "nothing was written"});
+  EXPECT_FALSE(fs::exists(out));
+  json big = {{"version", "1.0"}, {"added_tokens", json::array()}, {"normalizer", nullptr}, {"pre_tokenizer", nullptr},
+              {"post_processor", nullptr}, {"decoder", nullptr},
+              {"model", {{"type", "BPE"}, {"vocab", json::object()}, {"merges", json::array()}}}};
+  for (int i = 0; i < cfg_.vocab_size + 10; ++i) big["model"]["vocab"]["p" + std::to_string(i)] = i;
+  test::write_text(dir_.file("tokenizer.json"), big.dump());
+  expect_has(error_of([&] { import_hf_to_file(dir_.path(), out); }),
+             {"has " + std::to_string(cfg_.vocab_size + 10) + " pieces but the model has " +
+                  std::to_string(cfg_.vocab_size) + " embedding rows"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(HfImportErrors, NoWeights) {
   write_hf_dir(*src_, "llama", dir_.path());
   fs::remove(dir_.file("model.safetensors"));

@@ -234,6 +234,10 @@ TEST(HfTokenizer, AQuadraticPatternIsRefusedWithinItsBudget) {
   EXPECT_NE(msg.find("the tokenizer's pattern \"[ab]*c|a\" took more than 1.6 s on a text of 300000 bytes"),
             std::string::npos) << msg;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << "refused, but not within its budget";
+  // A pattern that forbids PCRE2's JIT is matched by the interpreter (every encode failed).
+  j["pre_tokenizer"]["pattern"]["Regex"] = "(*NO_JIT)a";
+  test::write_text(path, j.dump());
+  EXPECT_EQ(HfTokenizer::load(path).encode("aab", false).size(), 3u);
 }
 
 TEST(HfTokenizer, RefusesInvalidInput) {

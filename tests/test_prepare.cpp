@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/documents.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "base/error.h"
@@ -237,6 +238,53 @@ TEST(StreamingPrepare, ATokenizingErrorNamesTheInputAndTheTokenizer) {
                           tmp.file("tok/tokenizer.json") + ": the tokenizer's pattern"),
             std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(tmp.file("ds")));
+}
+
+// A file saved on Windows: its byte-order mark and "\r\n" line ends are not text (they became
+// tokens); a lone surrogate in a .jsonl's first record names that line instead of turning the
+// whole file into plain text.
+TEST(StreamingPrepare, ByteOrderMarkAndCarriageReturnsAreNotText) {
+  TempDir tmp("bcd-crlf");
+  test::write_text(tmp.file("win.txt"), "\xEF\xBB\xBF" "First line\r\nof one paragraph\r\n\r\nSecond\r\n");
+  const std::vector<Input> win = list_inputs({tmp.file("win.txt")});  // the stream reads them as it goes
+  DocumentStream docs(win, ChatTemplate::kPlain, false, 1 << 20);
+  Document d;
+  ASSERT_TRUE(docs.next(&d));
+  EXPECT_EQ(d.text, "First line\nof one paragraph");
+  ASSERT_TRUE(docs.next(&d));
+  EXPECT_EQ(d.text, "Second");
+  EXPECT_FALSE(docs.next(&d));
+  test::write_text(tmp.file("bad.jsonl"), "{\"text\": \"\\ud800\"}\n{\"text\": \"fine\"}\n");
+  const std::string err = test::error_of([&] {
+    const std::vector<Input> bad = list_inputs({tmp.file("bad.jsonl")});
+    DocumentStream j(bad, ChatTemplate::kPlain, false, 1 << 20);
+    Document x;
+    while (j.next(&x)) {
+    }
+  });
+  EXPECT_NE(err.find(tmp.file("bad.jsonl") + ":1"), std::string::npos) << err;
+}
+
+// A given tokenizer without the chat template's markers as single pieces splits them into
+// ordinary tokens: said once per marker (it used to pass without a word).
+TEST(StreamingPrepare, ATemplatesMarkersSplitByTheTokenizerAreNamed) {
+  TempDir tmp("bcd-markers");
+  std::string lines;
+  for (int i = 0; i < 20; ++i)
+    lines += "{\"prompt\": \"Question " + std::to_string(i) + "?\", \"response\": \"Answer " + std::to_string(i) + ".\"}\n";
+  test::write_text(tmp.file("chat.jsonl"), lines);
+  auto r = test::run_bcdtrain("prepare --input " + tmp.file("chat.jsonl") + " --out " + tmp.file("ds") +
+                              " --chat-template chatml --tokenizer " +
+                              test::source_path("../shared/data/tokenizers/llama2/tokenizer.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("has no single piece for the chatml marker <|im_start|> (it becomes"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("marker <|im_end|>"), std::string::npos) << r.output;
+  auto q = test::run_bcdtrain("prepare --input " + tmp.file("chat.jsonl") + " --out " + tmp.file("ds3") +
+                              " --chat-template chatml --tokenizer " +
+                              test::source_path("../shared/data/tokenizers/qwen3/tokenizer.json"));
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  EXPECT_EQ(q.output.find("has no single piece"), std::string::npos) << q.output;
 }
 
 TEST(StreamingPrepare, MemoryLimitIsChecked) {

@@ -270,6 +270,10 @@ Command add_export(CLI::App& app) {
     fmt::print("exported {} as {} ({}, {:.3f} GB of tensors) to {}:\n", printable_line(xopt.checkpoint), r.model_type, r.dtype,
                static_cast<double>(r.tensor_bytes) / 1e9, printable_line(xopt.out_dir));
     for (const auto& file : r.files) fmt::print("  {}\n", printable_line(file));
+    if (r.tokenizer.empty())
+      fmt::print("no tokenizer beside {} (nor in its run directory): the export has none; copy the model's "
+                 "tokenizer.json (with tokenizer_config.json) into {} before loading it elsewhere\n",
+                 printable_line(xopt.checkpoint), printable_line(xopt.out_dir));
     return 0;
   };
   return {export_cmd, run, false};

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/json_read.h"
 #include "base/printable.h"
+#include "base/stop.h"
 #include "cli/command.h"
 #include "cli/flags.h"
 #include "data/tokenizer.h"
@@ -93,6 +94,7 @@ Command add_tokenize(CLI::App& app) {
       out.clear();
     };
     while (read_json_line(in, &line, limits, f->input, line_no + 1)) {
+      check_stop();
       ++line_no;
       if (f->decode) {
         if (is_blank(line)) continue;

@@ -83,9 +83,10 @@ bool is_percent_line(std::string_view line) { return line == "%" || line == "%\r
   user_error("prepare: cannot {} {}: {}", what, path, std::strerror(errno));
 }
 
-// A file's lines (without their '\n'), read in blocks. A line longer than max_line comes in
-// pieces of at most max_line bytes, cut at a UTF-8 character boundary; `whole` is false on every
-// piece but the line's last. The view stays valid until the next call.
+// A file's lines (without their '\n', or "\r\n"; the first without a UTF-8 byte-order mark),
+// read in blocks. A line longer than max_line comes in pieces of at most max_line bytes, cut at a
+// UTF-8 character boundary; `whole` is false on every piece but the line's last. The view stays
+// valid until the next call.
 class LineReader {
  public:
   LineReader(std::string path, size_t max_line) : path_(std::move(path)), max_line_(max_line) {
@@ -126,6 +127,10 @@ class LineReader {
   bool hand_out(size_t len, size_t next_begin, bool whole, std::string_view* line, bool* w) {
     if (!continued_) ++line_no_;
     *line = std::string_view(buf_.data() + begin_, len);
+    // A file from Windows: a UTF-8 byte-order mark before its first line and "\r\n" line ends
+    // are the file's, not its text (they would become tokens).
+    if (line_no_ == 1 && !continued_ && line->substr(0, 3) == "\xEF\xBB\xBF") line->remove_prefix(3);
+    if (whole && !line->empty() && line->back() == '\r') line->remove_suffix(1);
     *w = whole;
     continued_ = !whole;
     begin_ = next_begin;

@@ -69,8 +69,8 @@ bool match_once(const RegexCode& rc, std::string_view s, size_t from, uint32_t o
   if (rc_match < 0) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(rc_match, msg, sizeof msg);
-    throw UserError(fmt::format("tokenizer regex failed on a text of {} bytes: {}", s.size(),
-                                reinterpret_cast<const char*>(msg)));
+    throw UserError(fmt::format("the tokenizer's pattern {} failed on a text of {} bytes: {}",
+                                nlohmann::json(rc.pattern).dump(), s.size(), reinterpret_cast<const char*>(msg)));
   }
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ms.data);
   *start = ov[0];
@@ -101,7 +101,11 @@ Regex::Regex(const std::string& pattern, Dialect dialect) {
   }
   auto rc = std::make_shared<RegexCode>();
   rc->code = code;
-  rc->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  // A pattern may forbid the JIT ((*NO_JIT)): pcre2_jit_compile then succeeds with no code, and
+  // pcre2_jit_match would fail every match. The interpreter takes such a pattern.
+  size_t jit_size = 0;
+  rc->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0 &&
+            pcre2_pattern_info(code, PCRE2_INFO_JITSIZE, &jit_size) == 0 && jit_size > 0;
   rc->pattern = pattern;
   code_ = std::move(rc);
 }

@@ -323,6 +323,23 @@ ChatTemplate chosen_template(const PrepareOptions& opt, const std::optional<Toke
                                               : file);
 }
 
+// A chat template's special markers are single ids in the tokenizers made for it (Qwen's
+// <|im_start|>, Llama 3's <|eot_id|>). A given tokenizer that splits them into ordinary pieces
+// trains on them as text: not wrong, but rarely what was meant, so it is said. (Llama 2's [INST]
+// is text in its own tokenizer too; a tokenizer prepare trains has no special pieces.)
+void warn_of_split_markers(const Tokenizer& tok, ChatTemplate chat) {
+  std::vector<const char*> markers;
+  if (chat == ChatTemplate::kChatML) markers = {"<|im_start|>", "<|im_end|>"};
+  if (chat == ChatTemplate::kLlama3) markers = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  for (const char* m : markers) {
+    const size_t n = tok.encode_continuation(m).size();
+    if (n > 1)
+      fmt::print(stderr, "prepare: warning: {} has no single piece for the {} marker {} (it becomes {} tokens, "
+                         "learned as text); the template's own tokenizer holds it as one added token\n",
+                 tok.path(), chat_template_name(chat), m, n);
+  }
+}
+
 // An interrupted prepare left its temporary directory: say so (it may be large), but leave it to
 // the user, since a prepare on another machine sharing this file system may still be writing it.
 void warn_of_leftovers(const fs::path& out) {
@@ -519,6 +536,7 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
     report.instruct |= in.format == InputFormat::kChatJsonl;
   }
   report.bytes_read = total_bytes;
+  if (given && report.instruct) warn_of_split_markers(*given, chat);
 
   const bool train_tokenizer = opt.tokenizer_model.empty();
   SentenceSample sample(budget.memory / 4);

@@ -413,4 +413,18 @@ int Tokenizer::sp_piece_id(const std::string& piece) const {
   return id == sp_->unk_id() && sp_->IdToPiece(id) != piece ? -1 : id;
 }
 
+void check_model_tokenizer(const std::string& tokenizer, int64_t model_vocab, const std::string& model) {
+  int64_t pieces = 0;
+  try {
+    pieces = Tokenizer::load(tokenizer).vocab_size();
+  } catch (const UserError& e) {
+    user_error("{}: the tokenizer that comes with it cannot be used: {} (fix or remove {}; nothing was written)",
+               model, e.what(), tokenizer);
+  }
+  if (pieces > model_vocab)
+    user_error("{}: its tokenizer {} has {} pieces but the model has {} embedding rows: they do not belong together "
+               "(give the model's own tokenizer, or remove {}; nothing was written)",
+               model, tokenizer, pieces, model_vocab, tokenizer);
+}
+
 }  // namespace bcd

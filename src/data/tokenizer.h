@@ -68,6 +68,11 @@ std::vector<std::string> copy_tokenizer_files(const std::string& main, const std
 // whichever form a dataset was prepared with).
 bool tokenizer_matches(const std::string& file, const std::string& dir);
 
+// The tokenizer that comes with a model (`model`: its directory or weights file) must load and
+// have at most `model_vocab` pieces (the model's embedding rows): UserError naming both, before an
+// import or export writes a file that could only fail later.
+void check_model_tokenizer(const std::string& tokenizer, int64_t model_vocab, const std::string& model);
+
 class HfTokenizer;
 
 // A tokenizer: a SentencePiece model (tokenizer.model) or a Hugging Face tokenizer.json, with

@@ -286,16 +286,18 @@ HfExportReport export_hf(const HfExportOptions& opt) {
   } else if (base_json.is_object() && base_json.contains("torch_dtype") && base_json["torch_dtype"].is_string()) {
     dtype_from_hf_torch_dtype(base_json["torch_dtype"].get<std::string>(), dtype);
   }
-  LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the weights file
-  load_weights(model, opt.checkpoint);
-
-  HfExportReport r = export_hf_model(model, opt.out_dir, dtype, opt.shard_bytes, base);
   // The tokenizer beside the weights (a run's model.h5, an imported file), or in the run
-  // directory of a checkpoints/step-N.h5.
+  // directory of a checkpoints/step-N.h5: checked against the model before anything is written.
   const fs::path ckpt(opt.checkpoint);
   const fs::path dir = ckpt.has_parent_path() ? ckpt.parent_path() : fs::path(".");
   std::string tok = find_tokenizer(dir.string());
   if (tok.empty() && dir.filename() == "checkpoints") tok = find_tokenizer(dir.parent_path().string());
+  if (!tok.empty()) check_model_tokenizer(tok, mc.vocab_size, opt.checkpoint);
+
+  LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the weights file
+  load_weights(model, opt.checkpoint);
+
+  HfExportReport r = export_hf_model(model, opt.out_dir, dtype, opt.shard_bytes, base);
   if (!tok.empty()) {
     const std::vector<std::string> copied = copy_tokenizer_files(tok, opt.out_dir, /*both_forms=*/true);
     r.tokenizer = copied.front();

@@ -270,12 +270,17 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
   } catch (const fs::filesystem_error& e) {
     user_error("{}: cannot create the output directory ({})", out, e.code().message());
   }
+  // The tokenizer that comes with the model is checked before anything is written: one this
+  // program cannot read, or with more pieces than the model has rows, would only fail at prepare
+  // or train time, after the import said it was done.
+  const std::string tok = find_tokenizer(dir);
+  if (!tok.empty()) check_model_tokenizer(tok, mc.vocab_size, dir);
   Progress writing("writing " + out);
   save_weights(model, out, config_to_toml(cfg),
                {{"hf_config_json", config_text}, {"hf_dtype", s.info.dtype}, {"hf_source", fs::absolute(dir).string()}});
   writing.finish();
 
-  if (const std::string tok = find_tokenizer(dir); !tok.empty()) {
+  if (!tok.empty()) {
     s.tokenizer_files = copy_tokenizer_files(tok, out_dir.string(), /*both_forms=*/true);
     s.tokenizer = s.tokenizer_files.front();
   }
