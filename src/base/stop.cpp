@@ -11,6 +11,7 @@ namespace bcd {
 namespace {
 
 std::atomic<int> g_signal{0};
+std::atomic<bool> g_interrupts{false};  // the innermost scope's mode
 
 extern "C" void on_signal(int sig) {
   g_signal.store(sig);
@@ -24,8 +25,9 @@ Interrupted::Interrupted(int sig)
                          ": stopped, and nothing half-written was left"),
       sig_(sig) {}
 
-StopScope::StopScope() {
+StopScope::StopScope(Mode mode) : old_interrupts_(g_interrupts.load()) {
   g_signal.store(0);
+  g_interrupts.store(mode == Mode::kInterrupt);
   old_int_ = std::signal(SIGINT, on_signal);
   old_term_ = std::signal(SIGTERM, on_signal);
 }
@@ -33,10 +35,14 @@ StopScope::StopScope() {
 StopScope::~StopScope() {
   std::signal(SIGINT, old_int_);
   std::signal(SIGTERM, old_term_);
+  g_interrupts.store(old_interrupts_);
 }
 
 void check_stop() {
+  if (!g_interrupts.load(std::memory_order_relaxed)) return;
   if (const int sig = g_signal.load(std::memory_order_relaxed)) throw Interrupted(sig);
 }
+
+int stop_signal() { return g_signal.load(); }
 
 }  // namespace bcd

@@ -1,9 +1,10 @@
-// SIGINT and SIGTERM for the long work that is not a training run's steps (prepare, import,
-// export, eval, generate, tokenize): while a StopScope lives, the first signal only sets a flag,
-// and the work's loops call check_stop(), which throws Interrupted. Its unwinding removes what was
-// half written (a StagingDir, an atomic write's temporary file) and the command exits 128 + the
-// signal within a second or two. A second signal ends the process at once. (A training run has
-// its own handler: it checkpoints before it stops, runtime/run_guard.h.)
+// SIGINT and SIGTERM for long work: while a StopScope lives, the first signal only sets a flag
+// (a second one ends the process at once). Work that can stop anywhere (prepare, import, export,
+// eval, generate, tokenize) calls check_stop() in its loops, which then throws Interrupted: its
+// unwinding removes what was half written (a StagingDir, an atomic write's temporary file) and
+// the command exits 128 + the signal within a second or two. A training run polls stop_signal()
+// instead, and stops after its step with a checkpoint (runtime/run_guard.h); check_stop() does not
+// throw within its scope.
 #pragma once
 
 #include <stdexcept>
@@ -21,7 +22,9 @@ class Interrupted : public std::runtime_error {
 
 class StopScope {
  public:
-  StopScope();   // installs the handlers (SIGINT, SIGTERM) and clears the flag
+  enum class Mode { kInterrupt, kPoll };  // whether check_stop() throws within the scope
+  // Installs the handlers (SIGINT, SIGTERM) and clears the flag.
+  explicit StopScope(Mode mode = Mode::kInterrupt);
   ~StopScope();  // puts the previous handlers back
   StopScope(const StopScope&) = delete;
   StopScope& operator=(const StopScope&) = delete;
@@ -29,9 +32,14 @@ class StopScope {
  private:
   void (*old_int_)(int);
   void (*old_term_)(int);
+  bool old_interrupts_;
 };
 
-// Throws Interrupted when a signal came while a StopScope lived; cheap (one atomic load).
+// Throws Interrupted when a signal came while a StopScope of Mode::kInterrupt lives; cheap (one
+// atomic load).
 void check_stop();
+
+// The signal that came while a StopScope lives, else 0.
+int stop_signal();
 
 }  // namespace bcd

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/stop.h"
 #include "io/checkpoint.h"
 #include "model/weights.h"
 #include "runtime/train_state.h"
@@ -20,15 +20,6 @@ namespace bcd {
 namespace fs = std::filesystem;
 
 namespace {
-
-// SIGINT / SIGTERM: finish the step, checkpoint, stop. The handler puts the default action
-// back, so a second signal ends the process at once.
-std::atomic<int> g_stop_signal{0};
-
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
-  std::signal(sig, SIG_DFL);
-}
 
 // "the newest checkpoint is ...: once <fixed>, `bcdtrain train --resume DIR`", or that there is none.
 std::string newest_checkpoint(const std::string& run_dir, const char* once) {
@@ -42,16 +33,7 @@ std::string newest_checkpoint(const std::string& run_dir, const char* once) {
 }  // namespace
 
 RunGuard::RunGuard(RunSetup& run, RunAhead& ahead, MetricsLog* log, Say say)
-    : run_(run), ahead_(ahead), log_(log), say_(std::move(say)) {
-  g_stop_signal.store(0);
-  old_int_ = std::signal(SIGINT, on_stop_signal);
-  old_term_ = std::signal(SIGTERM, on_stop_signal);
-}
-
-RunGuard::~RunGuard() {
-  std::signal(SIGINT, old_int_);
-  std::signal(SIGTERM, old_term_);
-}
+    : run_(run), ahead_(ahead), log_(log), say_(std::move(say)) {}
 
 void RunGuard::start_step(int64_t step, bool switch_due, const std::function<void()>& switch_and_prefetch) {
   try {
@@ -123,7 +105,7 @@ void RunGuard::compute_step(int64_t step, const std::function<void()>& micro_bat
 double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed) {
   const TrainConfig& tc = run_.cfg.train;
   const double world = run_.pg->world_size();
-  fired_ = g_stop_signal.load();  // this step's: a later signal stops the next step
+  fired_ = stop_signal();  // this step's: a later signal stops the next step
   other_rank_stops_ = false;
   if (!(world > 1 || needed || step == run_.first_step || fired_)) return NAN;
   const std::vector<double> sums = run_.pg->sum_over_ranks({loss_sum.item<double>(), fired_ ? 1.0 : 0.0});

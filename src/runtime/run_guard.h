@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "base/stop.h"
 #include "data/batch.h"
 #include "runtime/metrics.h"
 #include "runtime/run_setup.h"
@@ -50,7 +51,6 @@ class RunGuard {
   // Catches SIGINT/SIGTERM from here until it is destroyed (only while steps run: ^C while
   // sampling just stops); a second signal ends the process at once. `log`: rank 0's, else null.
   RunGuard(RunSetup& run, RunAhead& ahead, MetricsLog* log, Say say);
-  ~RunGuard();
   RunGuard(const RunGuard&) = delete;
   RunGuard& operator=(const RunGuard&) = delete;
 
@@ -75,8 +75,8 @@ class RunGuard {
   RunAhead& ahead_;
   MetricsLog* log_;
   Say say_;
-  void (*old_int_)(int);
-  void (*old_term_)(int);
+  // SIGINT / SIGTERM: finish the step, checkpoint, stop (a second signal ends the process at once).
+  StopScope stops_{StopScope::Mode::kPoll};
   int fired_ = 0;           // the signal this step's loss read saw
   bool other_rank_stops_ = false;  // a rank's signal, from the all-reduce
 };
