@@ -240,6 +240,24 @@ TEST(HfTokenizer, AQuadraticPatternIsRefusedWithinItsBudget) {
   EXPECT_EQ(HfTokenizer::load(path).encode("aab", false).size(), 3u);
 }
 
+// Normalization stays linear: a run of combining marks longer than any text holds (1024) is
+// refused, naming the run (utf8proc orders a run of k marks in k^2 steps: 240 KB took a minute).
+TEST(HfTokenizer, ALongRunOfCombiningMarksIsRefusedNotNormalizedForAMinute) {
+  test::TempDir tmp("hf-nfc");
+  json j = minimal_tokenizer();
+  j["normalizer"] = {{"type", "NFC"}};
+  const std::string path = tmp.file("tokenizer.json");
+  test::write_text(path, j.dump());
+  const HfTokenizer tok = HfTokenizer::load(path);
+  std::string few = "a";
+  for (int i = 0; i < 30; ++i) few += "\xCC\x81";  // U+0301 COMBINING ACUTE ACCENT
+  EXPECT_EQ(test::error_of([&] { tok.encode(few, false); }).find("combining marks"), std::string::npos);
+  std::string many = "ab a";
+  for (int i = 0; i < 100000; ++i) many += "\xCC\x81";
+  const std::string msg = test::error_of([&] { tok.encode(many, false); });
+  EXPECT_NE(msg.find("a run of more than 1024 combining marks (at byte 2052 of 200004)"), std::string::npos) << msg;
+}
+
 TEST(HfTokenizer, RefusesInvalidInput) {
   test::TempDir tmp("hf-input");
   const std::string path = tmp.file("tokenizer.json");

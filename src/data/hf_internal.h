@@ -26,6 +26,8 @@ constexpr int64_t kMaxVocabGap = 65536;
 // this much a byte.
 constexpr double kRegexSecondsPerText = 1.0;
 constexpr double kRegexSecondsPerByte = 2e-6;
+// The longest run of combining marks a text may hold where a normalizer runs (hf_text.cpp).
+constexpr int64_t kMaxCombiningRun = 1024;
 
 // ---- Loading: where in tokenizer.json a value is, for errors ----
 

@@ -153,10 +153,36 @@ void append_lowercase(std::string& out, uint32_t c) {
   }
 }
 
+namespace {
+
+// utf8proc puts combining marks in canonical order with an insertion sort: a run of k marks
+// after one character costs k^2 (240 KB of them took a minute). Real text has a few dozen at most
+// (Unicode's stream-safe format, UAX #15, allows 30); a longer run is refused, so normalization
+// stays linear in the text. `s` is valid UTF-8 (checked before normalizers run).
+void check_combining_runs(std::string_view s) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  utf8proc_ssize_t at = 0, run = 0;
+  const auto n = static_cast<utf8proc_ssize_t>(s.size());
+  while (at < n) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t len = utf8proc_iterate(p + at, n - at, &cp);
+    if (len <= 0) return;  // not UTF-8: utf8proc_map says so
+    run = utf8proc_get_property(cp)->combining_class != 0 ? run + 1 : 0;
+    if (run > kMaxCombiningRun)
+      throw UserError(fmt::format("the text holds a run of more than {} combining marks (at byte {} of {}); it is "
+                                  "refused, as Unicode normalization would take time quadratic in the run",
+                                  kMaxCombiningRun, at, s.size()));
+    at += len;
+  }
+}
+
+}  // namespace
+
 std::string normalize_form(std::string_view s, NormForm form) {
   bool ascii = true;
   for (char c : s) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(s);  // every form leaves ASCII as it is
+  check_combining_runs(s);
   int options = UTF8PROC_STABLE;
   switch (form) {
     case NormForm::kNFC: options |= UTF8PROC_COMPOSE; break;
