@@ -169,6 +169,24 @@ TEST(Model, GqaEqualsMultiHeadWithRepeatedKvHeads) {
   EXPECT_TRUE(torch::allclose(g.forward(x), mh.forward(x), 1e-5, 1e-6));
 }
 
+// Attention reads each KV head for its group of query heads inside the kernel: the same output
+// and gradients, within fp32 rounding, as the KV heads copied once per query head (HF repeat_kv).
+TEST(Model, GqaAttentionEqualsRepeatedKvHeads) {
+  torch::manual_seed(3);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat32).requires_grad(true);
+  torch::Tensor q = torch::randn({2, 8, 16, 16}, opts), k = torch::randn({2, 2, 16, 16}, opts),
+                v = torch::randn({2, 2, 16, 16}, opts);
+  const torch::Tensor out = causal_attention(q, k, v);
+  const torch::Tensor ref = at::scaled_dot_product_attention(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1),
+                                                             {}, 0.0, /*is_causal=*/true);
+  EXPECT_TRUE(torch::allclose(out, ref, 1e-5, 1e-6)) << (out - ref).abs().max().item<double>();
+  const torch::Tensor w = torch::randn_like(out);
+  const auto g = torch::autograd::grad({(out * w).sum()}, {q, k, v});
+  const auto gr = torch::autograd::grad({(ref * w).sum()}, {q, k, v});
+  for (size_t i = 0; i < g.size(); ++i)
+    EXPECT_TRUE(torch::allclose(g[i], gr[i], 1e-5, 1e-5)) << i << ": " << (g[i] - gr[i]).abs().max().item<double>();
+}
+
 // ---- Gradients ----
 
 struct GradCase {

@@ -56,6 +56,13 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, con
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const int64_t h = q.size(1), kv = k.size(1);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // GQA inside the kernel (query head j reads kv head j / (H/KV), as HF repeat_kv): K and V are
+  // not copied once per query head (4x for Llama-3-8B, and again when a checkpointed layer
+  // recomputes), and the fused CUDA kernels read the KV heads as they are.
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                          /*enable_gqa=*/kv != h);
+#else
   torch::Tensor kk = k, vv = v;
   if (kv != h) {
     // GQA: query head j reads kv head j / (H/KV), as HF repeat_kv
@@ -73,6 +80,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   torch::Tensor probs = torch::softmax(scores.to(q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32), -1)
                             .to(q.scalar_type());
   return torch::matmul(probs, vv);
+#endif
 #endif
 }
 
