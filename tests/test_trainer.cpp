@@ -364,6 +364,42 @@ TEST_F(TrainerRun, ResumeAutoStartsContinuesAndLeavesAFinishedRunAlone) {
   EXPECT_NE(both.output.find("give --run DIR"), std::string::npos) << both.output;
 }
 
+// One rank: a signal during a step's micro-batches stops the run there, dropping the step's
+// partial work (a step of many micro-batches held a stop for its whole length): the checkpoint is
+// the last finished step's, its loader where that step ended, so the resume runs the dropped step
+// again and gives the uninterrupted run's loss, bitwise.
+TEST_F(TrainerRun, ASignalDuringAStepDropsItsPartialWorkAndTheResumeIsExact) {
+  namespace fs = std::filesystem;
+  const std::string common = train_tiny() +
+                             " --model.n_layers=2 --train.steps=2 --train.grad_accum=15 --train.checkpoint_every=1"
+                             " --train.log_every=1 --train.val_every=0 --sample.prompts='[]' --quiet --train.run_dir=";
+  const std::string ref = run_dir("mid-step-ref"), run = run_dir("mid-step");
+  auto r = test::run_bcdtrain(common + ref);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  test::Background bg(common + run, run_dir("mid-step.log"));
+  for (int i = 0; i < 3000; ++i) {  // until step 1 is logged (at most a minute)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= 1) break;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into step 2's micro-batches
+  ASSERT_EQ(kill(bg.pid, SIGTERM), 0);
+  const int rc = bg.wait();
+  const std::string log = test::read_text(run_dir("mid-step.log"));
+  if (read_metrics(run + "/metrics.jsonl").size() == 2) GTEST_SKIP() << "step 2 ended before the signal came: " << log;
+  ASSERT_EQ(rc, 128 + SIGTERM) << log;
+  EXPECT_NE(log.find("stopped by signal 15 during step 2 (its partial work dropped) after step 1; continue with"),
+            std::string::npos) << log;
+  EXPECT_EQ(read_metrics(run + "/metrics.jsonl").size(), 1u);
+  const auto sj = nlohmann::json::parse(test::read_text(run + "/summary.json"));
+  EXPECT_EQ(sj["status"], "stopped");
+  EXPECT_EQ(sj["steps"], 1);
+  auto again = test::run_bcdtrain("train --quiet --resume " + run);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const auto a = read_metrics(ref + "/metrics.jsonl"), b = read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i + 1;
+}
+
 // A finished run without checkpoints is known by its summary.json alone: when that cannot be read
 // (or is gone beside model.h5), `--resume auto` refuses rather than train over the model; eval and
 // generate say what a wrong --run or --checkpoint really is.

@@ -123,6 +123,40 @@ double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool nee
   return loss;
 }
 
+bool RunGuard::signal_mid_step() const { return run_.pg->world_size() == 1 && stop_signal() != 0; }
+
+void RunGuard::stop_mid_step(int64_t step, const LoaderState& before, TrainSummary& sum) {
+  const TrainConfig& tc = run_.cfg.train;
+  const int sig = stop_signal();
+  const int64_t done = step - 1;
+  run_.train_loader.restore(before);  // the dropped step's batches come again on resume
+  run_.model.zero_grad();
+  // The active unit is the schedule's current one (the step's switch came first): the checkpoint
+  // is the one the end of step `done` would write. A process that finished no step has nothing
+  // new to keep (a resumed run's checkpoint of `done` is there already).
+  const bool saved = run_.can_checkpoint() && done >= run_.first_step;
+  if (saved) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string path;
+    try {
+      path = save_checkpoint(run_.train_state(), done);
+    } catch (const UserError& e) {
+      user_error("{}; training stopped after step {}; {}", e.what(), done,
+                 newest_checkpoint(tc.run_dir, "the cause is fixed"));
+    }
+    const double ckpt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (log_) log_->checkpoint_s += ckpt_s;
+    say_(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
+  }
+  sum.stopped_by_signal = sig;
+  sum.steps = done;
+  fmt::print(stderr, "bcdtrain: stopped by signal {} during step {} (its partial work dropped) after step {}{}\n", sig,
+             step, done,
+             run_.can_checkpoint() && (saved || done > 0)
+                 ? fmt::format("; continue with: bcdtrain train --resume {}", tc.run_dir)
+                 : "");
+}
+
 bool RunGuard::checkpoint_or_stop(int64_t step, bool due, bool& switch_due, TrainSummary& sum) {
   const TrainConfig& tc = run_.cfg.train;
   // A signal stops the run after the step whose loss read saw it; one that came later stops the

@@ -66,6 +66,14 @@ class RunGuard {
   // (`needed`, the first step, a signal, or several ranks: then it travels each step with the
   // stop flag in one small all-reduce), else NaN. A non-finite loss stops the run.
   double read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed);
+  // One rank: a signal that came during the step's micro-batches (true from here) drops the
+  // step's partial work, so that a step of many micro-batches does not hold a stop for minutes.
+  // No update has happened: weights, optimizer state and schedule are those after the last step,
+  // and stop_mid_step puts the loader back to where `step` began (`before`), writes the
+  // checkpoint of step - 1 (when this process has finished a step) and says so. With several
+  // ranks the step ends first: they agree on stopping between steps.
+  bool signal_mid_step() const;
+  void stop_mid_step(int64_t step, const LoaderState& before, TrainSummary& sum);
   // After the step: a checkpoint when one is due (`due`) or a signal stops the run (one rank's
   // signal stops all, at the same step). True when the run stops here (sum.stopped_by_signal).
   bool checkpoint_or_stop(int64_t step, bool due, bool& switch_due, TrainSummary& sum);

@@ -141,8 +141,11 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     s.lr = lr_at(tc, step - 1) * visit_lr_factor(run.cfg.bcd, run.sched.step_in_visit());
     run.model.zero_grad();
     torch::Tensor loss_sum;  // on the device; read on the steps that need the figure
+    const LoaderState step_start = run.train_loader.state();
+    bool dropped = false;  // a signal came during the micro-batches (one rank)
     guard.compute_step(step, [&] {
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+        if ((dropped = guard.signal_mid_step())) break;
         const bool last = micro == tc.grad_accum - 1;
         torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
         Batch batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
@@ -156,6 +159,10 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
         loss_sum = micro == 0 ? loss.detach() : loss_sum + loss.detach();
       }
     });
+    if (dropped) {  // stop as after the last step
+      guard.stop_mid_step(step, step_start, sum);
+      break;
+    }
     if (run.ops().can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
     run.ops().reduce_gradients();                                              // mean over ranks (the rest of the buckets)
     const bool validate = (tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps;

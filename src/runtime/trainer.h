@@ -16,7 +16,7 @@ namespace bcd {
 
 // Runs the whole training described by `cfg` and writes <run_dir>/{config.toml, metrics.jsonl,
 // model.h5, tokenizer.model, samples.txt}, and checkpoints/step-N.h5 every train.checkpoint_every
-// steps, at the end, and on SIGINT/SIGTERM (then it stops after the current step). Progress goes
+// steps, at the end, and on SIGINT/SIGTERM (then it stops: runtime/run_guard.h). Progress goes
 // to stdout unless quiet. Whichever way it ends once the run directory is claimed, it writes
 // <run_dir>/summary.json (runtime/summary.h) — except a resume refused before it wrote anything,
 // which leaves the run's files as they were. With train.plot, a finished or stopped run draws its
