@@ -88,7 +88,8 @@ int run(int argc, char** argv) {
     if (!overrides.empty() && !c.takes_overrides)
       user_error("config overrides ({}) are only accepted by train, config and plan", overrides.front());
     // Long work stops on SIGINT/SIGTERM at its next check, its temporaries removed (base/stop.h);
-    // train checkpoints first (its own handler) and launch forwards the signal to its ranks.
+    // train stops at a step or micro-batch with a checkpoint (its RunGuard polls the same flag) and
+    // launch forwards the signal to its ranks.
     const std::string& name = c.sub->get_name();
     std::optional<StopScope> stops;
     if (name != "train" && name != "launch") stops.emplace();

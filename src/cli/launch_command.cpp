@@ -71,6 +71,16 @@ std::vector<std::string> launch_command(std::vector<std::string> command, const 
   return command;
 }
 
+// The rank command of `words` (what followed launch's flags in `sub`), checked with the options
+// against its config: parse_launch_args's and the app's launch's last step.
+std::vector<std::string> checked_launch(const std::vector<std::string>& words, const std::vector<std::string>& commands,
+                                        const CLI::App& sub, LaunchOptions& opt) {
+  std::vector<std::string> command = launch_command(words, commands);
+  const std::optional<Config> cfg = command_config(command);
+  check_launch(opt, cfg ? &*cfg : nullptr, sub.count("--nproc") > 0);
+  return command;
+}
+
 }  // namespace
 
 std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt,
@@ -82,10 +92,7 @@ std::vector<std::string> parse_launch_args(const std::vector<std::string>& args,
   } catch (const CLI::ParseError& e) {
     throw UserError(parse_error_message(app, e));
   }
-  const std::vector<std::string> command = launch_command(app.remaining(), commands);
-  const std::optional<Config> cfg = command_config(command);
-  check_launch(opt, cfg ? &*cfg : nullptr, app.count("--nproc") > 0);
-  return command;
+  return checked_launch(app.remaining(), commands, app, opt);
 }
 
 Command add_launch(CLI::App& app) {
@@ -97,10 +104,7 @@ Command add_launch(CLI::App& app) {
   auto run = [sub, opt, &app](const std::vector<std::string>& words) {
     std::vector<std::string> commands;
     for (const auto* s : app.get_subcommands({})) commands.push_back(s->get_name());
-    const std::vector<std::string> command = launch_command(words, commands);
-    const std::optional<Config> cfg = command_config(command);
-    check_launch(*opt, cfg ? &*cfg : nullptr, sub->count("--nproc") > 0);
-    return launch_ranks(*opt, command);
+    return launch_ranks(*opt, checked_launch(words, commands, *sub, *opt));
   };
   Command c;
   c.sub = sub;
