@@ -123,6 +123,21 @@ double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool nee
   return loss;
 }
 
+void RunGuard::write_checkpoint(int64_t step, std::chrono::steady_clock::time_point t0) {
+  std::string path;
+  try {
+    path = save_checkpoint(run_.train_state(), step);  // every rank: sharded state is gathered
+  } catch (const UserError& e) {
+    // The run stops: going on without checkpoints would risk more work than it saves.
+    user_error("{}; training stopped after step {}; {}", e.what(), step,
+               newest_checkpoint(run_.cfg.train.run_dir, "the cause is fixed"));
+  }
+  if (!run_.is_root()) return;
+  const double ckpt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (log_) log_->checkpoint_s += ckpt_s;
+  say_(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
+}
+
 bool RunGuard::signal_mid_step() const { return run_.pg->world_size() == 1 && stop_signal() != 0; }
 
 void RunGuard::stop_mid_step(int64_t step, const LoaderState& before, TrainSummary& sum) {
@@ -135,19 +150,7 @@ void RunGuard::stop_mid_step(int64_t step, const LoaderState& before, TrainSumma
   // is the one the end of step `done` would write. A process that finished no step has nothing
   // new to keep (a resumed run's checkpoint of `done` is there already).
   const bool saved = run_.can_checkpoint() && done >= run_.first_step;
-  if (saved) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string path;
-    try {
-      path = save_checkpoint(run_.train_state(), done);
-    } catch (const UserError& e) {
-      user_error("{}; training stopped after step {}; {}", e.what(), done,
-                 newest_checkpoint(tc.run_dir, "the cause is fixed"));
-    }
-    const double ckpt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (log_) log_->checkpoint_s += ckpt_s;
-    say_(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
-  }
+  if (saved) write_checkpoint(done, std::chrono::steady_clock::now());
   sum.stopped_by_signal = sig;
   sum.steps = done;
   fmt::print(stderr, "bcdtrain: stopped by signal {} during step {} (its partial work dropped) after step {}{}\n", sig,
@@ -167,19 +170,7 @@ bool RunGuard::checkpoint_or_stop(int64_t step, bool due, bool& switch_due, Trai
     const auto t0 = std::chrono::steady_clock::now();
     ahead_.give_back(run_);  // the checkpoint records the loader before the next step's batch
     if (switch_due) run_.ops().switch_unit(), switch_due = false;  // the next step would start with it
-    std::string path;
-    try {
-      path = save_checkpoint(run_.train_state(), step);  // every rank: sharded state is gathered
-    } catch (const UserError& e) {
-      // The run stops: going on without checkpoints would risk more work than it saves.
-      user_error("{}; training stopped after step {}; {}", e.what(), step,
-                 newest_checkpoint(tc.run_dir, "the cause is fixed"));
-    }
-    if (run_.is_root()) {
-      const double ckpt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      log_->checkpoint_s += ckpt_s;
-      say_(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
-    }
+    write_checkpoint(step, t0);
     run_.pg->barrier();  // the checkpoint is written before any rank goes on (or stops)
   }
   if (!stop) return false;

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -79,6 +80,10 @@ class RunGuard {
   bool checkpoint_or_stop(int64_t step, bool due, bool& switch_due, TrainSummary& sum);
 
  private:
+  // Writes the checkpoint of `step` and says where, with the time since `t0` (rank 0); a failed
+  // write stops the run, naming the newest checkpoint.
+  void write_checkpoint(int64_t step, std::chrono::steady_clock::time_point t0);
+
   RunSetup& run_;
   RunAhead& ahead_;
   MetricsLog* log_;
