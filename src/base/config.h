@@ -22,6 +22,7 @@ struct Choices;
 
 enum class Dtype { kFp32, kBf16 };                             // train.dtype: the working weights'
 enum class DeviceChoice { kCpu, kCuda, kAuto };                 // train.device
+enum class CpuMatmul { kAuto, kOneDnn, kBlas };                 // train.cpu_matmul
 enum class OptimImpl { kFused, kTorch };                        // optim.impl
 enum class BlockOrder { kRandom, kAscending, kDescending, kFixed };  // bcd.order
 enum class BlockKind { kLayer, kAttnMlp, kWhole };             // bcd.blocks: what a block is
@@ -39,6 +40,7 @@ enum class RopeType { kDefault, kLinear, kLlama3, kYarn };
 
 template <> struct Choices<Dtype> { static constexpr const char* names[] = {"fp32", "bf16"}; };
 template <> struct Choices<DeviceChoice> { static constexpr const char* names[] = {"cpu", "cuda", "auto"}; };
+template <> struct Choices<CpuMatmul> { static constexpr const char* names[] = {"auto", "onednn", "blas"}; };
 template <> struct Choices<OptimImpl> { static constexpr const char* names[] = {"fused", "torch"}; };
 template <> struct Choices<BlockOrder> { static constexpr const char* names[] = {"random", "ascending", "descending", "fixed"}; };
 template <> struct Choices<BlockKind> { static constexpr const char* names[] = {"layer", "attn_mlp", "whole"}; };
@@ -216,6 +218,7 @@ struct TrainConfig {
   Dtype dtype = Dtype::kFp32;     // working weights dtype
   DeviceChoice device = DeviceChoice::kCpu;  // compute device: cpu, cuda, auto (cuda when usable)
   double peak_tflops = 0;         // the device's peak TFLOP/s for MFU; 0 = known GPUs' data sheet
+  CpuMatmul cpu_matmul = CpuMatmul::kAuto;  // fp32 CPU GEMMs: oneDNN or LibTorch's BLAS (model/matmul.h)
   bool save_model = true;         // write model.h5 and samples.txt at the end (false: measurements)
   bool plot = false;              // draw <run_dir>/plots (runtime/plots.h) when the run ends
   bool tensorboard = false;       // also write metrics.jsonl's scalars as TensorBoard events
@@ -241,6 +244,7 @@ struct TrainConfig {
     v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run_dir>/checkpoints; 0 = all", Resume::kPlacement);
     v("dtype", dtype, "working weights dtype: fp32, or bf16 (with an fp32 master copy per block)", Resume::kFixed);
     v("device", device, "compute device: \"cpu\", \"cuda\" (the compute tier is GPU memory; needs a CUDA build and device), or \"auto\" (cuda when usable)", Resume::kPlacement);
+    v("cpu_matmul", cpu_matmul, "fp32 matrix products on the CPU: auto (oneDNN when the CPU has AVX-512, where its kernels run about twice the FLOP/s of LibTorch's BLAS on AMD parts; else the BLAS), onednn, blas; both round in fp32 (in another order)", Resume::kPlacement);
     v("save_model", save_model, "write <run_dir>/model.h5 and samples.txt when the run ends; false for measuring runs (a 7B model.h5 is 27 GB)", Resume::kPlacement);
     v("peak_tflops", peak_tflops, "the device's dense peak TFLOP/s in the working dtype, for the MFU in metrics.jsonl; 0 = from a table of known GPUs (none on the CPU)", Resume::kPlacement);
     v("plot", plot, "when the run ends (finished or stopped by a signal), draw its PNGs into <run_dir>/plots (needs gnuplot; without it a warning)", Resume::kPlacement);

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "model/matmul.h"
 
 namespace bcd {
 
@@ -23,7 +24,7 @@ torch::ScalarType accumulation_type(const torch::Tensor& t) {
 // One chunk's logits in fp32: the working-dtype matmul (as the unfused head computes it), then
 // the cast the loss applies. The working-dtype logits are released at once.
 torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight) {
-  torch::Tensor logits = torch::nn::functional::linear(h, weight);
+  torch::Tensor logits = gemm_mm(h, weight.t());
   const torch::ScalarType acc = accumulation_type(logits);
   return logits.scalar_type() == acc ? logits : logits.to(acc);
 }
@@ -42,10 +43,10 @@ void chunk_gradients(torch::Tensor p, const torch::Tensor& lse, const torch::Ten
   p.scatter_add_(1, targets.unsqueeze(1), torch::full({len, 1}, -1.0, p.options()));
   p.mul_(scale.unsqueeze(1));
   const bool full = weight.scalar_type() == p.scalar_type();
-  if (grad_h_rows.defined()) grad_h_rows.copy_(torch::mm(full ? p : p.to(weight.scalar_type()), weight));
+  if (grad_h_rows.defined()) grad_h_rows.copy_(gemm_mm(full ? p : p.to(weight.scalar_type()), weight));
   if (acc.defined()) {
     const torch::Tensor rows = acc.size(0) == p.size(1) ? p : p.narrow(1, acc_first_row, acc.size(0));
-    acc.addmm_(rows.t(), full ? h : h.to(p.scalar_type()));
+    gemm_addmm(acc, rows.t(), full ? h : h.to(p.scalar_type()));
   }
 }
 

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/model_shape.h"
 #include "model/fused_loss.h"
+#include "model/matmul.h"
 #include "model/rope.h"
 
 namespace bcd {
@@ -104,7 +105,7 @@ class LayerUse {
 };
 
 torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
-  return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::nn::functional::linear(x, w);
+  return gemm_linear(x, w, b);
 }
 
 // Activation checkpointing: the forward keeps only the layer input; backward recomputes the layer

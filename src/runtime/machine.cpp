@@ -10,6 +10,7 @@
 #endif
 
 #include "base/error.h"
+#include "model/matmul.h"
 #include "memory/planner.h"
 #include "runtime/cuda_torch.h"
 
@@ -74,6 +75,11 @@ void configure_threads(int64_t threads, int local_ranks) {
                4 * cores);
   const int64_t n = threads > 0 ? threads : std::max<int64_t>(1, cores / std::max(1, local_ranks));
   torch::set_num_threads(static_cast<int>(n));
+}
+
+void configure_cpu(const TrainConfig& tc, int local_ranks) {
+  configure_threads(tc.threads, local_ranks);
+  set_cpu_matmul(tc.cpu_matmul);
 }
 
 }  // namespace bcd

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "model/matmul.h"
 #include "runtime/cuda_torch.h"
 
 namespace bcd {
@@ -27,7 +28,7 @@ std::vector<std::string> run_banner(const RunSetup& run) {
                               tc.steps, run.tokens_per_step(), name_of(cfg.optim.impl),
                               bc.enabled ? "block coordinate descent" : "full-parameter", tc.lr, name_of(tc.dtype),
                               device.is_cuda() ? "cuda" : "cpu",
-                              device.is_cuda() ? "" : fmt::format(" with {} threads", torch::get_num_threads())));
+                              device.is_cuda() ? "" : fmt::format(" with {} threads ({} GEMMs)", torch::get_num_threads(), cpu_matmul_name())));
   // What the MFU in metrics.jsonl is measured against, and where that figure came from.
   const std::string gpu = device.is_cuda() ? cuda_device_name(cuda_index(device)) : "";
   if (run.peak_tflops)

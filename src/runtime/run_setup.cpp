@@ -24,10 +24,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Threads first, then the device: a device that cannot be used is refused before any data is read.
+// Threads and GEMM first, then the device: a device that cannot be used is refused before any data is read.
 // Ranks on one node share its cores: threads = 0 gives each rank its share.
 torch::Device start_compute(const TrainConfig& tc, const DistEnv& env) {
-  configure_threads(tc.threads, env.local_world_size);
+  configure_cpu(tc, env.local_world_size);
   return resolve_device(tc.device, env.local_rank, env.local_world_size);
 }
 
