@@ -86,6 +86,29 @@ TEST_P(FusedLoss, EqualsTheUnfusedLossAndGradientsForEveryChunkSize) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedLoss, ::testing::Values(Case{torch::kFloat32, 1e-6}, Case{torch::kBFloat16, 2e-2}),
                          [](const auto& i) { return std::string(i.param.dtype == torch::kFloat32 ? "fp32" : "bf16"); });
 
+// bf16 working weights on a GPU: the head's weight gradient is a bf16 tensor-core product summed
+// in fp32 (into the block's fp32 sum, or autograd's gradient), within bf16's tolerance of the
+// fp32 reference; so is every other output.
+TEST(FusedLoss, Bf16WeightGradientOnTheGpuIsSummedInFp32) {
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device: the head's bf16 weight-gradient product (aten::addmm.dtype) is CUDA's";
+  torch::manual_seed(8);
+  const int64_t n = 300, c = 64, v = 1000;
+  const torch::Tensor h = torch::randn({n, c}).to(torch::kBFloat16), w = (torch::randn({v, c}) * 0.3).to(torch::kBFloat16);
+  const torch::Tensor y = torch::randint(v, {n}, torch::kInt64), scale = torch::full({n}, 1.0 / n);
+  const Grads want = unfused(h.to(torch::kFloat32), w.to(torch::kFloat32), y, scale);
+  for (bool sink : {false, true}) {
+    SCOPED_TRACE(sink ? "sink" : "autograd");
+    torch::Tensor hc = h.cuda().requires_grad_(true), wc = w.cuda().requires_grad_(true);
+    torch::Tensor sum = sink ? torch::zeros({v, c}, torch::TensorOptions().device(torch::kCUDA)) : torch::Tensor();
+    chunked_linear_cross_entropy(hc, wc, y.cuda(), scale.cuda(), 77, sum).backward();
+    const torch::Tensor gw = sink ? sum : wc.grad();
+    EXPECT_EQ(sum.defined() ? sum.scalar_type() : torch::kFloat32, torch::kFloat32);
+    EXPECT_LE(rel_err(gw.cpu(), want.weight), 2e-2);
+    EXPECT_LE(rel_err(hc.grad().cpu(), want.hidden), 2e-2);
+  }
+}
+
 TEST(FusedLoss, AFrozenWeightOrHiddenGetsNoGradient) {
   torch::manual_seed(6);
   const torch::Tensor h = torch::randn({9, 8}), w = torch::randn({50, 8});

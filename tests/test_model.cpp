@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/llama.h"
+#include "model/matmul.h"
 #include "base/error.h"
 #include "test_util.h"
 
@@ -430,6 +431,81 @@ TEST(Model, InitIsAPureFunctionOfTheSeed) {
   for (int i = 0; i < a.n_blocks(); ++i) EXPECT_TRUE(torch::equal(a.block(i).data(), b.block(i).data()));
   b.init_weights(8);
   EXPECT_FALSE(torch::equal(a.block(1).data(), b.block(1).data()));
+}
+
+
+// ---- The model's matrix products (model/matmul.h) ----
+
+// Restores the process-wide GEMM choice a test changes.
+struct CpuMatmulScope {
+  bool was = cpu_matmul_is_onednn();
+  explicit CpuMatmulScope(CpuMatmul c) { set_cpu_matmul(c); }
+  ~CpuMatmulScope() { set_cpu_matmul(was ? CpuMatmul::kOneDnn : CpuMatmul::kBlas); }
+};
+
+// linear through oneDNN gives torch's linear within fp32 rounding, forward and every gradient,
+// and computes no gradient nobody wants: a frozen weight gets none, a frozen input none either.
+TEST(Matmul, OneDnnLinearMatchesTorchLinearAndItsGradients) {
+  const CpuMatmulScope scope(CpuMatmul::kOneDnn);
+  ASSERT_TRUE(cpu_matmul_is_onednn());
+  torch::manual_seed(3);
+  for (const bool x_grad : {true, false})
+    for (const bool w_grad : {true, false})
+      for (const bool bias : {false, true}) {
+        SCOPED_TRACE(fmt::format("x_grad {} w_grad {} bias {}", x_grad, w_grad, bias));
+        const torch::Tensor x0 = torch::randn({3, 37, 96}), w0 = torch::randn({80, 96}) * 0.1, b0 = torch::randn({80});
+        const torch::Tensor g = torch::randn({3, 37, 80});
+        auto run = [&](bool ours) {
+          torch::Tensor x = x0.clone().requires_grad_(x_grad), w = w0.clone().requires_grad_(w_grad),
+                        b = bias ? b0.clone().requires_grad_(true) : torch::Tensor();
+          torch::Tensor y = ours ? gemm_linear(x, w, b) : (bias ? torch::nn::functional::linear(x, w, b)
+                                                                : torch::nn::functional::linear(x, w));
+          if (x_grad || w_grad || bias) (y * g).sum().backward();
+          return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), bias ? b.grad() : torch::Tensor()};
+        };
+        const auto ours = run(true), ref = run(false);
+        for (size_t i = 0; i < ours.size(); ++i) {
+          ASSERT_EQ(ours[i].defined(), ref[i].defined()) << "output " << i;
+          if (ours[i].defined()) EXPECT_TRUE(torch::allclose(ours[i], ref[i], 1e-5, 1e-4)) << "output " << i;
+        }
+      }
+}
+
+// The head's products: transposed operands read in place, an accumulation into a sum, an empty
+// inner dimension.
+TEST(Matmul, OneDnnProductsMatchTorch) {
+  const CpuMatmulScope scope(CpuMatmul::kOneDnn);
+  torch::manual_seed(4);
+  const torch::Tensor a = torch::randn({70, 33}), b = torch::randn({50, 33});
+  EXPECT_TRUE(torch::allclose(gemm_mm(a, b.t()), torch::mm(a, b.t()), 1e-5, 1e-4));
+  const torch::Tensor sum = torch::randn({33, 50}), c = torch::randn({70, 50});
+  torch::Tensor acc = sum.clone();
+  gemm_addmm(acc, a.t(), c);
+  EXPECT_TRUE(torch::allclose(acc, sum + torch::mm(a.t(), c), 1e-5, 1e-4));
+  torch::Tensor zero_k = torch::ones({4, 5});
+  gemm_addmm(zero_k, torch::empty({4, 0}), torch::empty({0, 5}));
+  EXPECT_TRUE(torch::equal(zero_k, torch::ones({4, 5})));
+  EXPECT_TRUE(torch::equal(gemm_mm(torch::empty({4, 0}), torch::empty({0, 5})), torch::zeros({4, 5})));
+}
+
+// The choice changes rounding only: a model's loss and gradients agree across the two GEMMs.
+TEST(Matmul, ModelLossAgreesAcrossGemmChoices) {
+  const ModelConfig mc = tiny_config();
+  auto loss_and_grad = [&](CpuMatmul c) {
+    const CpuMatmulScope scope(c);
+    LlamaModel m(mc);
+    m.init_weights(5);
+    m.set_trainable(true);
+    torch::Tensor loss = m.loss(random_tokens(2, 17, mc.vocab_size, 6));
+    loss.backward();
+    std::vector<torch::Tensor> grads;
+    for (Block& b : m.blocks()) grads.push_back(b.grad().clone());
+    return std::make_pair(loss.item<double>(), grads);
+  };
+  const auto [la, ga] = loss_and_grad(CpuMatmul::kOneDnn);
+  const auto [lb, gb] = loss_and_grad(CpuMatmul::kBlas);
+  EXPECT_NEAR(la, lb, 1e-5 * std::abs(lb));
+  for (size_t i = 0; i < ga.size(); ++i) EXPECT_TRUE(torch::allclose(ga[i], gb[i], 1e-4, 1e-5)) << "block " << i;
 }
 
 }  // namespace

@@ -219,6 +219,7 @@ struct TrainConfig {
   DeviceChoice device = DeviceChoice::kCpu;  // compute device: cpu, cuda, auto (cuda when usable)
   double peak_tflops = 0;         // the device's peak TFLOP/s for MFU; 0 = known GPUs' data sheet
   CpuMatmul cpu_matmul = CpuMatmul::kAuto;  // fp32 CPU GEMMs: oneDNN or LibTorch's BLAS (model/matmul.h)
+  bool tf32 = false;              // CUDA fp32 GEMMs on TF32 tensor cores
   bool save_model = true;         // write model.h5 and samples.txt at the end (false: measurements)
   bool plot = false;              // draw <run_dir>/plots (runtime/plots.h) when the run ends
   bool tensorboard = false;       // also write metrics.jsonl's scalars as TensorBoard events
@@ -245,6 +246,7 @@ struct TrainConfig {
     v("dtype", dtype, "working weights dtype: fp32, or bf16 (with an fp32 master copy per block)", Resume::kFixed);
     v("device", device, "compute device: \"cpu\", \"cuda\" (the compute tier is GPU memory; needs a CUDA build and device), or \"auto\" (cuda when usable)", Resume::kPlacement);
     v("cpu_matmul", cpu_matmul, "fp32 matrix products on the CPU: auto (oneDNN when the CPU has AVX-512, where its kernels run about twice the FLOP/s of LibTorch's BLAS on AMD parts; else the BLAS), onednn, blas; both round in fp32 (in another order)", Resume::kPlacement);
+    v("tf32", tf32, "CUDA, fp32 working weights: matrix products on TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32 accumulation; about 8x plain fp32's FLOP/s on A100/H100-class GPUs); false = plain fp32. bf16 runs multiply in bf16 on the tensor cores already, the fp32-summed head weight gradient included", Resume::kPlacement);
     v("save_model", save_model, "write <run_dir>/model.h5 and samples.txt when the run ends; false for measuring runs (a 7B model.h5 is 27 GB)", Resume::kPlacement);
     v("peak_tflops", peak_tflops, "the device's dense peak TFLOP/s in the working dtype, for the MFU in metrics.jsonl; 0 = from a table of known GPUs (none on the CPU)", Resume::kPlacement);
     v("plot", plot, "when the run ends (finished or stopped by a signal), draw its PNGs into <run_dir>/plots (needs gnuplot; without it a warning)", Resume::kPlacement);

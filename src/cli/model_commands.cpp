@@ -86,7 +86,7 @@ TrainedModel trained_model(const char* command, const std::string& run_dir, cons
 
 // The weights as an fp32 model (whatever the run trained in).
 LlamaModel load_trained_model(const TrainedModel& m) {
-  configure_cpu(m.cfg.train);
+  configure_compute(m.cfg.train);
   LlamaModel model(m.cfg.model, torch::kFloat32, std::nullopt);  // the weights are read next
   load_weights(model, m.weights);
   return model;

@@ -34,7 +34,11 @@ torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight) 
 // * scale. Then grad_h_rows (undefined: not wanted) gets d/d(hidden) as the unfused
 // head's backward computes it (that gradient in the working dtype through the working-dtype
 // weight), and acc (undefined: not wanted) d/d(weight) summed in fp32 whatever the working dtype:
-// of all V rows, or of acc.size(0) rows from acc_first_row.
+// of all V rows, or of acc.size(0) rows from acc_first_row. With bf16 working weights on a GPU
+// the weight's product reads that working-dtype gradient and the bf16 hidden states on the
+// tensor cores, accumulating in fp32 into the fp32 sum (as the unfused head's bf16 backward,
+// but summed in fp32); an fp32 GEMM of fp32 copies ran ~15x slower on an H100-class GPU. The
+// CPU has no such product in LibTorch (aten::addmm.dtype is CUDA's): it multiplies fp32 copies.
 void chunk_gradients(torch::Tensor p, const torch::Tensor& lse, const torch::Tensor& targets, const torch::Tensor& scale,
                      const torch::Tensor& h, const torch::Tensor& weight, torch::Tensor grad_h_rows,
                      torch::Tensor acc, int64_t acc_first_row) {
@@ -43,10 +47,14 @@ void chunk_gradients(torch::Tensor p, const torch::Tensor& lse, const torch::Ten
   p.scatter_add_(1, targets.unsqueeze(1), torch::full({len, 1}, -1.0, p.options()));
   p.mul_(scale.unsqueeze(1));
   const bool full = weight.scalar_type() == p.scalar_type();
-  if (grad_h_rows.defined()) grad_h_rows.copy_(gemm_mm(full ? p : p.to(weight.scalar_type()), weight));
+  const bool low_precision_product = !full && p.is_cuda() && acc.defined() && acc.scalar_type() == torch::kFloat32;
+  const torch::Tensor pw = full ? p : p.to(weight.scalar_type());  // the gradient in the working dtype
+  if (grad_h_rows.defined()) grad_h_rows.copy_(gemm_mm(pw, weight));
   if (acc.defined()) {
-    const torch::Tensor rows = acc.size(0) == p.size(1) ? p : p.narrow(1, acc_first_row, acc.size(0));
-    gemm_addmm(acc, rows.t(), full ? h : h.to(p.scalar_type()));
+    const torch::Tensor& g = low_precision_product ? pw : p;
+    const torch::Tensor rows = acc.size(0) == g.size(1) ? g : g.narrow(1, acc_first_row, acc.size(0));
+    if (low_precision_product) at::addmm_out(acc, acc, rows.t(), h, torch::kFloat32);
+    else gemm_addmm(acc, rows.t(), full ? h : h.to(p.scalar_type()));
   }
 }
 

@@ -1,6 +1,8 @@
 // The machine a rank runs on: device, threads, memory share.
 #include "runtime/machine.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -77,9 +79,16 @@ void configure_threads(int64_t threads, int local_ranks) {
   torch::set_num_threads(static_cast<int>(n));
 }
 
-void configure_cpu(const TrainConfig& tc, int local_ranks) {
+void configure_compute(const TrainConfig& tc, int local_ranks) {
   configure_threads(tc.threads, local_ranks);
   set_cpu_matmul(tc.cpu_matmul);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+  // (The per-backend precision API; the allow_tf32 flags it replaced warn that they are deprecated.)
+  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL,
+                                          tc.tf32 ? at::Float32Precision::TF32 : at::Float32Precision::IEEE);
+#else
+  at::globalContext().setAllowTF32CuBLAS(tc.tf32);
+#endif
 }
 
 }  // namespace bcd

@@ -32,9 +32,9 @@ void apply_device_budget(MemoryConfig& mem, const torch::Device& device);
 // among the ranks running on this machine).
 void configure_threads(int64_t threads, int local_ranks = 1);
 
-// The CPU's share of [train]: its threads (configure_threads) and the GEMM its fp32 products use
-// (train.cpu_matmul, model/matmul.h).
-void configure_cpu(const TrainConfig& tc, int local_ranks = 1);
+// How [train] computes: the CPU's threads (configure_threads), the GEMM its fp32 products use
+// (train.cpu_matmul, model/matmul.h), and TF32 for CUDA's fp32 products (train.tf32).
+void configure_compute(const TrainConfig& tc, int local_ranks = 1);
 
 // Ranks on one machine share its RAM: the "auto" host budget (and on the CPU the compute
 // budget) becomes each rank's 1/local_ranks share of what /proc/meminfo reports.

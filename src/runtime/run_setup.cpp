@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 // Threads and GEMM first, then the device: a device that cannot be used is refused before any data is read.
 // Ranks on one node share its cores: threads = 0 gives each rank its share.
 torch::Device start_compute(const TrainConfig& tc, const DistEnv& env) {
-  configure_cpu(tc, env.local_world_size);
+  configure_compute(tc, env.local_world_size);
   return resolve_device(tc.device, env.local_rank, env.local_world_size);
 }
 
