@@ -149,16 +149,16 @@ trap on_signal INT TERM
 # get less than its own minimum is not run. A part past its budget is killed with its children
 # (SIGKILL: SIGTERM would make the trainer checkpoint ~100 GB of state first).
 declare -A part_min=([deps]=5 [build]=60 [ctest_gpu]=20 [plan_full_adamw]=5 [corpus]=10 [stream_off]=10
-  [stream_host]=10 [stream_nvme]=10 [bcd_7b]=60 [bcd_2rank]=60)
+  [stream_host]=10 [stream_nvme]=10 [bcd_7b]=60 [bcd_7b_noprefetch]=60 [bcd_2rank]=60)
 declare -A part_cap=([deps]=30 [build]=$time_limit [ctest_gpu]=90 [plan_full_adamw]=20 [corpus]=45
-  [stream_off]=40 [stream_host]=40 [stream_nvme]=40 [bcd_7b]=200 [bcd_2rank]=150)
+  [stream_off]=40 [stream_host]=40 [stream_nvme]=40 [bcd_7b]=200 [bcd_7b_noprefetch]=150 [bcd_2rank]=150)
 summary_reserve=10
 planned=()
 [[ -n $deps_dir ]] && planned+=(deps)
 ((skip_build)) || planned+=(build)
 planned+=(ctest_gpu plan_full_adamw)
 [[ -n $data_dir ]] || planned+=(corpus)
-planned+=(stream_off stream_host stream_nvme bcd_7b)
+planned+=(stream_off stream_host stream_nvme bcd_7b bcd_7b_noprefetch)
 ((gpu_count >= 2)) && planned+=(bcd_2rank)
 
 # Prints the part's budget in seconds; fails when that is under the part's minimum.
@@ -365,7 +365,7 @@ train_run() {
   # A run's NVMe extents: nothing reads them later (train.save_model = false: no weights).
   rm -rf "$nvme_path" "$run_dir"
 }
-for run in stream_off stream_host stream_nvme bcd_7b bcd_2rank; do
+for run in stream_off stream_host stream_nvme bcd_7b bcd_7b_noprefetch bcd_2rank; do
   if ((!have_bin)); then
     skip_part $run "no build"
   elif [[ -z $corpus ]]; then
@@ -378,6 +378,11 @@ for run in stream_off stream_host stream_nvme bcd_7b bcd_2rank; do
     train_run $run 1 "expect_stream=1 expect_nvme_reads=1" "${tiny_args[@]}" "${stream_nvme[@]}"
   elif [[ $run == bcd_7b ]]; then
     train_run $run 1 "expect_nvme_reads=1 expect_host_reads=1" --config "$config_7b" "${bcd_7b_args[@]}"
+  elif [[ $run == bcd_7b_noprefetch ]]; then
+    # The same run with each unit's state read at its switch, in the step: what prefetching hides
+    # is the step time this run loses (the summary's prefetch_speedup).
+    train_run $run 1 "expect_nvme_reads=1 expect_host_reads=1" --config "$config_7b" "${bcd_7b_args[@]}" \
+      --memory.prefetch=false
   elif ((gpu_count < 2)); then
     skip_part bcd_2rank "needs 2 GPUs: $gpu_count visible (NCCL allows one rank per GPU in a communicator)"
   else

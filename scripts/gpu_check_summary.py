@@ -21,16 +21,20 @@ import statistics
 import sys
 
 PARTS = ["deps", "build", "ctest_gpu", "plan_full_adamw", "corpus", "stream_off", "stream_host", "stream_nvme",
-         "bcd_7b", "bcd_2rank"]
-# BCD runs of the 7B shape: medians over the steps after the first switch.
-RUNS = ["bcd_7b", "bcd_2rank"]
+         "bcd_7b", "bcd_7b_noprefetch", "bcd_2rank"]
+# BCD runs of the 7B shape: medians over the steps after the first switch. bcd_7b_noprefetch is
+# bcd_7b reading each unit's state at its switch: prefetch_speedup compares the two.
+RUNS = ["bcd_7b", "bcd_7b_noprefetch", "bcd_2rank"]
 # The tiny model with its frozen layers' weights resident (off) and streamed (host, nvme homes):
 # the streamed runs' losses must equal the resident run's, step for step.
 STREAM_RUNS = ["stream_off", "stream_host", "stream_nvme"]
 # Per logged step, medians over the steps after the first switch (see window()).
 MEDIAN_KEYS = ["tokens_per_s", "tflops", "mfu", "flops_per_step"]
 # Peaks since the run started: the largest value any record holds.
-PEAK_KEYS = ["cuda_peak_allocated_bytes", "cuda_peak_reserved_bytes"]
+# cuda_used_bytes: the device's own count (cudaMemGetInfo), context and libraries included.
+PEAK_KEYS = ["cuda_peak_allocated_bytes", "cuda_peak_reserved_bytes", "cuda_used_bytes"]
+# The compute cap of the 7B runs (memory.compute_bytes): what cuda_used_bytes is set against.
+CAP_BYTES = 24 * 2**30
 
 
 def read_status(out, part):
@@ -127,7 +131,7 @@ def empty_run(status):
            "steps_logged": 0, "first_switch_step": None, "window_steps": 0, "switches": None}
     for key in PEAK_KEYS + MEDIAN_KEYS:
         run[key] = None
-    run.update({"stall_ms_per_switch": None, "nvme_read_bytes": None, "nvme_write_bytes": None,
+    run.update({"stall_ms_per_switch": None, "switch_wait_ms_per_switch": None, "nvme_read_bytes": None, "nvme_write_bytes": None,
                 "host_read_bytes": None, "compute_peak_bytes": None, "plan_compute_bytes": None})
     return run
 
@@ -150,8 +154,11 @@ def summarize_run(out, name, status):
     stall = sum(r["stall_ms"] for r in win if is_number(r.get("stall_ms")))
     if any("switches" in r for r in win):
         run["switches"] = switches
+    wait = sum(r["switch_wait_ms"] for r in win if is_number(r.get("switch_wait_ms")))
     if switches > 0:
         run["stall_ms_per_switch"] = stall / switches
+        if any(is_number(r.get("switch_wait_ms")) for r in win):
+            run["switch_wait_ms_per_switch"] = wait / switches
     last = records[-1]
     staged = last.get("staged_bytes") if isinstance(last.get("staged_bytes"), dict) else {}
     run["nvme_read_bytes"] = staged.get("nvme_read")
@@ -167,7 +174,8 @@ def empty_stream_run(status):
             "skipped": status.get("reason") if status and status.get("state") == "skipped" else None,
             "seconds": number(status.get("seconds")) if status else None,
             "steps_logged": 0, "losses": [], "tokens_per_s": None, "stream_bytes_total": None,
-            "stream_stall_ms_total": None, "nvme_read_bytes": None,
+            "stream_stall_ms_total": None, "stream_wait_ms_total": None, "stream_wait_ms_per_layer": None,
+            "nvme_read_bytes": None,
             "losses_equal_to_off": None, "max_abs_loss_diff": None}
 
 
@@ -182,6 +190,8 @@ def summarize_stream_run(out, name, status):
     last = records[-1]
     run["stream_bytes_total"] = last.get("stream_bytes_total")
     run["stream_stall_ms_total"] = last.get("stream_stall_ms_total")
+    run["stream_wait_ms_total"] = last.get("stream_wait_ms_total")
+    run["stream_wait_ms_per_layer"] = last.get("stream_wait_ms_per_layer")
     staged = last.get("staged_bytes") if isinstance(last.get("staged_bytes"), dict) else {}
     run["nvme_read_bytes"] = staged.get("nvme_read")
     return run
@@ -324,6 +334,8 @@ def summarize(out):
                 errors.append(f"{name}: losses differ from stream_off's (largest difference "
                               f"{run['max_abs_loss_diff']:.3g}): streamed weights are not the resident ones")
     deps = statuses["deps"]
+    on, off = runs["bcd_7b"]["tokens_per_s"], runs["bcd_7b_noprefetch"]["tokens_per_s"]
+    used = runs["bcd_7b"]["cuda_used_bytes"]
     return {
         "gpu": probe.get("gpu") or None,
         "gpus": number(probe.get("gpus"), int),
@@ -335,6 +347,8 @@ def summarize(out):
         "tests": tests,
         "runs": runs,
         "streams": streams,
+        "prefetch_speedup": on / off if is_number(on) and is_number(off) and off > 0 else None,
+        "cuda_used_over_cap": used / CAP_BYTES if is_number(used) else None,
         "plan_full_adamw_compute_bytes": plan_bytes,
         "plan_full_adamw_fits": fits,
         "errors": errors,
@@ -346,6 +360,7 @@ def skipped_summary(why):
             "tests": {"passed": None, "failed": None, "skipped": None},
             "runs": {name: empty_run({"state": "skipped", "reason": why}) for name in RUNS},
             "streams": {name: empty_stream_run({"state": "skipped", "reason": why}) for name in STREAM_RUNS},
+            "prefetch_speedup": None, "cuda_used_over_cap": None,
             "plan_full_adamw_compute_bytes": None, "plan_full_adamw_fits": None, "errors": []}
 
 

@@ -123,6 +123,25 @@ TEST(CudaCopier, FencedCopiesLeaveNoEventsBehind) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// A fence on one copy: the compute stream waits for it (not for a copy issued after it into
+// another buffer), and that wait is timed by the events around it, read without a host sync.
+TEST(CudaCopier, AFenceOnACopyIsTimedOnTheComputeStream) {
+  SKIP_WITHOUT_DEVICE();
+  const uint64_t n = 256 * kMiB;  // ~10 ms over PCIe: the compute stream reaches the wait first
+  CudaCopyStreams s(nullptr);
+  DeviceArray<char> a(n), b(n);
+  PinnedBuffer host(n);
+  const uint64_t first = s.copy_in(a.get(), host.get(), n);
+  s.copy_in(b.get(), host.get(), n);  // a later prefetch into another buffer
+  s.fence(first);
+  CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  EXPECT_GT(s.wait_seconds(), 0.0) << "the compute stream's wait was not timed";
+  s.fence();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_GE(s.wait_seconds(), 0.0);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 // The stager with its compute image in device memory: every image that comes back is the one
 // that went home last, for host and NVMe homes.
 TEST(CudaStager, SwapsReturnWhatWentHome) {

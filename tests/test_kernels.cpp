@@ -361,6 +361,31 @@ TEST(CopyLedger, RetiredCopiesAreForgottenAndCounted) {
   (void)c1;
 }
 
+// The compute side's waits: timed between their two events once the second has finished (never
+// before), their events reused, and none left behind.
+TEST(CopyLedger, WaitsAreTimedOnceFinishedAndTheirEventsReused) {
+  HandLedger h;
+  auto w1 = h.ledger.open_wait();
+  auto w2 = h.ledger.open_wait();
+  EXPECT_DOUBLE_EQ(h.ledger.waited_seconds(), 0.0);
+  h.done[w1.start] = true, h.at[w1.start] = 1.0;
+  EXPECT_DOUBLE_EQ(h.ledger.waited_seconds(), 0.0) << "a wait was counted before the stream went on";
+  h.done[w1.end] = true, h.at[w1.end] = 1.25;
+  EXPECT_DOUBLE_EQ(h.ledger.waited_seconds(), 0.25);
+  EXPECT_EQ(h.ledger.pending_waits(), 1u);
+  h.done[w2.start] = h.done[w2.end] = true, h.at[w2.start] = 2.0, h.at[w2.end] = 2.5;
+  EXPECT_DOUBLE_EQ(h.ledger.waited_seconds(), 0.75);
+  EXPECT_EQ(h.ledger.pending_waits(), 0u);
+  const uint64_t created = h.ledger.events_created();
+  for (int i = 0; i < 100; ++i) {
+    auto w = h.ledger.open_wait();
+    h.done[w.start] = h.done[w.end] = true;
+    h.at[w.start] = h.at[w.end] = 0;
+  }
+  EXPECT_EQ(h.ledger.events_created(), created) << "waits' events are created anew instead of reused";
+  EXPECT_EQ(h.ledger.events_held(), h.ledger.events_created());
+}
+
 TEST(CopyLedger, AnErrorStatusIsNotSweptAway) {
   HandLedger h;
   h.ledger.open();

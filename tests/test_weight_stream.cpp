@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -19,6 +21,7 @@
 #include "base/error.h"
 #include "io/direct_io.h"
 #include "io/fault_engine.h"
+#include "memory/compute_copy.h"
 #include "memory/weight_stream.h"
 #include "test_util.h"
 #ifdef BCD_HAVE_CUDA_KERNELS
@@ -103,6 +106,69 @@ TEST_P(WeightStreamDepth, AnyOrderOfUsesGetsTheRightBytes) {
 
 INSTANTIATE_TEST_SUITE_P(Window, WeightStreamDepth, ::testing::Values(2, 3, 5),
                          [](const auto& info) { return "depth" + std::to_string(info.param); });
+
+// The CPU copier, with a record of what each copy went into and what each fence waited for.
+class RecordingCopier final : public ComputeCopier {
+ public:
+  struct Log {
+    std::map<const void*, Token> last_into;  // each buffer's latest copy
+    std::vector<std::pair<Token, Token>> fences;  // (the token fenced, the latest issued then)
+    Token issued = 0;
+  };
+  explicit RecordingCopier(Log* log) : log_(log) {}
+  Token copy_out(void* pinned, const void* compute, uint64_t bytes) override { return note(pinned, c_->copy_out(pinned, compute, bytes)); }
+  Token copy_in(void* compute, const void* pinned, uint64_t bytes) override { return note(compute, c_->copy_in(compute, pinned, bytes)); }
+  Token zero(void* compute, uint64_t bytes) override { return note(compute, c_->zero(compute, bytes)); }
+  bool done(Token t) override { return c_->done(t); }
+  void wait(Token t) override { c_->wait(t); }
+  void fence() override { fence(log_->issued); }
+  void fence(Token t) override {
+    log_->fences.emplace_back(t, log_->issued);
+    c_->fence(t);
+  }
+  double copy_seconds() override { return c_->copy_seconds(); }
+  double wait_seconds() override { return c_->wait_seconds(); }
+  bool on_cuda() const override { return false; }
+
+ private:
+  Token note(const void* dst, Token t) {
+    log_->last_into[dst] = t;
+    log_->issued = t;
+    return t;
+  }
+  Log* log_;
+  std::unique_ptr<ComputeCopier> c_ = make_thread_copier();
+};
+
+// A use waits for its own window buffer's copy, not for the prefetches issued after it into the
+// other buffers (with a window of 3 or more, the stream's latest copy is a later layer's).
+TEST(WeightStream, AUseWaitsForItsOwnCopyOnly) {
+  const uint64_t bytes = 4096;
+  std::vector<std::vector<char>> homes(8, std::vector<char>(bytes)), window(4, std::vector<char>(bytes));
+  std::vector<StreamSource> hp;
+  for (auto& h : homes) hp.push_back(StreamSource{h.data()});
+  std::vector<void*> slots;
+  for (auto& w : window) slots.push_back(w.data());
+  RecordingCopier::Log log;
+  WeightStream stream(hp, std::vector<uint64_t>(homes.size(), bytes), slots, bytes,
+                      std::make_unique<RecordingCopier>(&log));
+  std::vector<int> order(homes.size());
+  std::iota(order.begin(), order.end(), 0);
+  stream.expect(order);
+  int earlier = 0;  // fences that did not wait for the latest copy: prefetches were ahead
+  for (int b : order) {
+    const size_t before = log.fences.size();
+    const void* p = stream.acquire(b);
+    ASSERT_EQ(log.fences.size(), before + 1) << "block " << b;
+    const auto [fenced, latest] = log.fences.back();
+    EXPECT_EQ(fenced, log.last_into.at(p)) << "block " << b << ": the fence is not its buffer's copy";
+    earlier += fenced < latest;
+    stream.release(b);
+  }
+  EXPECT_GT(earlier, 0) << "no use found later copies issued before it: the test shows nothing";
+  EXPECT_GE(stream.stats().copy_wait_s, 0.0);
+  EXPECT_EQ(stream.stats().acquires, order.size());
+}
 
 TEST(WeightStream, NestedUsesShareOneBuffer) {
   Fixture f(8, 2);

@@ -353,6 +353,7 @@ struct MemoryConfig {
   Bytes host_bytes;               // all host RAM for model state (the pinned pool included)
   std::vector<std::string> nvme_paths;  // directories of the NVMe tier, striped
   int64_t prefetch_depth = 1;     // units of look-ahead the pinned pool holds
+  bool prefetch = true;           // read the coming units' state while the active one trains
   Home home = Home::kAuto;        // where inactive master/moments live: auto, host, nvme
   Bytes activation_bytes;         // activation memory on the compute device; auto = estimate
   bool keep_nvme_state = false;   // leave the NVMe tier's files when the run ends
@@ -373,6 +374,7 @@ struct MemoryConfig {
     v("host_bytes", host_bytes, "host RAM for model state, pinned pool included (\"auto\": MemAvailable)", Resume::kPlacement);
     v("nvme_paths", nvme_paths, "directories of the NVMe tier (state that does not fit host_bytes is striped over them)", Resume::kPlacement);
     v("prefetch_depth", prefetch_depth, "units of look-ahead the pinned staging pool must hold", Resume::kPlacement);
+    v("prefetch", prefetch, "read the next units' master and moments into the pinned pool while the active unit trains; false = read each at its switch, in the step (to measure what prefetching hides: the GPU check's prefetch_off run)", Resume::kPlacement);
     v("home", home, "home of inactive master weights and moments: auto (host memory first, the rest on NVMe), host, nvme", Resume::kPlacement);
     v("activation_bytes", activation_bytes, "activation memory on the compute device (\"auto\": the planner's estimate)", Resume::kPlacement);
     v("keep_nvme_state", keep_nvme_state,

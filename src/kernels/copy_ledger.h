@@ -33,6 +33,7 @@ class CopyLedger {
   explicit CopyLedger(Events events = {}) : events_(std::move(events)) {}
   ~CopyLedger() {
     for (auto& [t, c] : live_) events_.destroy(c.start), events_.destroy(c.end);
+    for (const Copy& w : waits_) events_.destroy(w.start), events_.destroy(w.end);
     for (Event e : spare_) events_.destroy(e);
   }
   CopyLedger(const CopyLedger&) = delete;
@@ -77,12 +78,42 @@ class CopyLedger {
     }
   }
 
+  // A wait of the compute side on a copy: two events from the spares, to be recorded on the
+  // compute stream around the wait (the stream reaching it, the stream going on). Its time is
+  // counted once the second has finished (waited_seconds), off the host: a query, never a sync.
+  Copy open_wait() {
+    sweep_waits();
+    Copy w;
+    w.start = take();
+    w.end = take();
+    waits_.push_back(w);
+    return w;
+  }
+  // Seconds the compute side spent in the waits found finished so far, summed.
+  double waited_seconds() {
+    sweep_waits();
+    return waited_;
+  }
+  size_t pending_waits() const { return waits_.size(); }
+
   size_t live_copies() const { return live_.size(); }
-  size_t events_held() const { return 2 * live_.size() + spare_.size(); }  // live and spare
+  size_t events_held() const { return 2 * (live_.size() + waits_.size()) + spare_.size(); }  // live and spare
   uint64_t events_created() const { return created_; }
   double seconds() const { return seconds_; }  // summed durations of the retired copies
 
  private:
+  // Waits complete in the compute stream's order: the oldest unfinished one ends the sweep.
+  void sweep_waits() {
+    size_t n = 0;
+    while (n < waits_.size() && events_.finished(waits_[n].end)) {
+      waited_ += events_.seconds(waits_[n].start, waits_[n].end);
+      spare_.push_back(waits_[n].start);
+      spare_.push_back(waits_[n].end);
+      ++n;
+    }
+    waits_.erase(waits_.begin(), waits_.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+
   Event take() {
     if (!spare_.empty()) {
       Event e = spare_.back();
@@ -96,10 +127,12 @@ class CopyLedger {
 
   Events events_;
   std::map<uint64_t, Copy> live_;  // by token
+  std::vector<Copy> waits_;         // the compute side's waits not yet found finished, in order
   std::vector<Event> spare_;
   uint64_t next_ = 1;
   uint64_t created_ = 0;
   double seconds_ = 0;
+  double waited_ = 0;
 };
 
 }  // namespace bcd

@@ -129,9 +129,26 @@ void CudaCopyStreams::wait(uint64_t token) {
 
 void CudaCopyStreams::fence() {
   Impl& m = *impl_;
+  if (!m.any_out && !m.any_in) return;
+  const auto w = m.copies.open_wait();
+  CUDA_CHECK(cudaEventRecord(w.start, m.compute));
   if (m.any_out) CUDA_CHECK(cudaStreamWaitEvent(m.compute, m.out_tail, 0));
   if (m.any_in) CUDA_CHECK(cudaStreamWaitEvent(m.compute, m.in_tail, 0));
+  CUDA_CHECK(cudaEventRecord(w.end, m.compute));
 }
+
+void CudaCopyStreams::fence(uint64_t token) {
+  Impl& m = *impl_;
+  const auto* c = m.copies.find(token);
+  if (!c) return;  // retired: found finished
+  const cudaEvent_t end = c->end;  // (open_wait may sweep; the copy's events stay until it is retired)
+  const auto w = m.copies.open_wait();
+  CUDA_CHECK(cudaEventRecord(w.start, m.compute));
+  CUDA_CHECK(cudaStreamWaitEvent(m.compute, end, 0));
+  CUDA_CHECK(cudaEventRecord(w.end, m.compute));
+}
+
+double CudaCopyStreams::wait_seconds() { return impl_->copies.waited_seconds(); }
 
 double CudaCopyStreams::copy_seconds() {
   impl_->copies.sweep();

@@ -31,7 +31,13 @@ class CudaCopyStreams {
   bool done(uint64_t token);   // cudaEventQuery; throws on an error status
   void wait(uint64_t token);   // cudaEventSynchronize
   void fence();                // compute stream waits for every copy issued so far
+  // The compute stream waits for copy `token` (and so for every copy issued before it: each
+  // copy follows the other stream's last); nothing when it was found finished already.
+  void fence(uint64_t token);
   double copy_seconds();       // summed event-timed durations of copies found finished
+  // Seconds the compute stream spent waiting at fences, timed with events recorded around each
+  // wait (the stream reaching it, the stream going on), summed over the waits found finished.
+  double wait_seconds();
   // The bookkeeping, bounded by the copies in flight however completions are learned (done,
   // wait, or only fences): copies not yet found finished, and timed events created so far.
   size_t live_copies() const;

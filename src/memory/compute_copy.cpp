@@ -46,11 +46,17 @@ class ThreadCopier final : public ComputeCopier {
     std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait(lk, [&] { return finished_ >= t; });
   }
-  void fence() override { wait(issued_); }
+  void fence() override { fence(issued_); }
+  void fence(Token t) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    wait(t);
+    waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   double copy_seconds() override {
     std::lock_guard<std::mutex> lk(mu_);
     return copy_s_;
   }
+  double wait_seconds() override { return waited_s_; }
   bool on_cuda() const override { return false; }
 
  private:
@@ -95,6 +101,7 @@ class ThreadCopier final : public ComputeCopier {
   Token issued_ = 0;    // written by the owner's thread only
   Token finished_ = 0;  // guarded by mu_
   double copy_s_ = 0;
+  double waited_s_ = 0;  // the owner's thread only: its waits at fences
   bool stop_ = false;
   std::thread worker_;  // last: starts after every member above exists
 };
@@ -114,7 +121,9 @@ class CudaCopier final : public ComputeCopier {
   bool done(Token t) override { return s_.done(t); }
   void wait(Token t) override { s_.wait(t); }
   void fence() override { s_.fence(); }
+  void fence(Token t) override { s_.fence(t); }
   double copy_seconds() override { return s_.copy_seconds(); }
+  double wait_seconds() override { return s_.wait_seconds(); }
   bool on_cuda() const override { return true; }
 
  private:

@@ -31,8 +31,16 @@ class ComputeCopier {
   // one. CPU: the training thread is the compute side, so this waits. CUDA: the compute stream
   // waits on the copies' events; the host returns at once.
   virtual void fence() = 0;
+  // As fence(), for copy `t` and the copies issued before it only (copies are ordered): a later
+  // copy (a prefetch further ahead) is not waited for.
+  virtual void fence(Token t) = 0;
   // Seconds the finished copies took (the copy engines' time, not the training thread's).
   virtual double copy_seconds() = 0;
+  // Seconds the compute side spent waiting for copies at fences. CPU: the training thread's
+  // waits. CUDA: the compute stream's, timed by events recorded on it around each wait (the
+  // stream reaching the wait, the stream going on) and summed as they are found finished, never
+  // by a host sync; the host itself does not wait there.
+  virtual double wait_seconds() = 0;
   virtual bool on_cuda() const = 0;
 };
 

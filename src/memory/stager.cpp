@@ -232,6 +232,7 @@ bool Stager::swap(int from, int to, void* compute) {
     Op op;
     op.unit = from, op.slab = out, op.read = false, op.started = false;
     op.filled = copier_->copy_out(pool_->slab(out), compute, n);
+    last_copy_ = op.filled;
     stats_.compute_out_bytes += n;
     writes_.push_back(op);
     has_data_[from] = true;
@@ -239,6 +240,7 @@ bool Stager::swap(int from, int to, void* compute) {
   if (in >= 0) {
     const uint64_t n = units_[to].bytes();
     ins_.push_back({in, copier_->copy_in(compute, pool_->slab(in), n)});
+    last_copy_ = ins_.back().token;
     stats_.compute_in_bytes += n;
   }
   active_ = to;
@@ -249,12 +251,14 @@ bool Stager::swap(int from, int to, void* compute) {
 }
 
 void Stager::zero_compute(void* compute, uint64_t bytes) {
-  if (bytes > 0) copier_->zero(compute, bytes);
+  if (bytes > 0) last_copy_ = copier_->zero(compute, bytes);
 }
 
 void Stager::fence() {
   const auto t0 = Clock::now();
-  copier_->fence();
+  // The compute image's own copies: the latest swap's (and zeroing), which follow every copy
+  // before them.
+  if (last_copy_) copier_->fence(last_copy_);
   const double waited = since(t0);
   stats_.fence_s += waited;
   stats_.stall_s += waited;
@@ -263,6 +267,7 @@ void Stager::fence() {
 
 const StagerStats& Stager::stats() const {
   stats_.copy_s = copier_->copy_seconds();
+  stats_.copy_wait_s = copier_->wait_seconds();
   return stats_;
 }
 

@@ -54,6 +54,9 @@ struct StagerStats {
                              // slabs at switches, and compute copies not done at a fence
   double last_stall_s = 0;   // of the latest switch
   double fence_s = 0;        // the part of stall_s spent at fences
+  double copy_wait_s = 0;    // the compute side waiting at fences for the compute image's copies:
+                             // CUDA: the compute stream's waits, event-timed (the host does not
+                             // wait there); CPU: fence_s
   double copy_s = 0;         // compute <-> slab copies (the copy engine's time, off the training thread)
   uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
   uint64_t host_read_bytes = 0, host_write_bytes = 0;   // resident host copies <-> slabs
@@ -156,6 +159,7 @@ class Stager {
   std::map<int, std::shared_future<void>> host_writes_;  // by unit: ordering of host copies
   std::vector<InCopy> ins_;           // slabs whose copy into the compute tier is in flight
   std::unique_ptr<ComputeCopier> copier_;  // after pool_: drained before the slabs go
+  ComputeCopier::Token last_copy_ = 0;     // the compute image's latest copy: what fence() waits for
   mutable StagerStats stats_;
 };
 

@@ -270,8 +270,10 @@ void* WeightStream::acquire(int block) {
   const auto t0 = std::chrono::steady_clock::now();
   if (sl.read) land(sl);  // an NVMe read still in flight: wait for it, then copy
   sl.users = 1;
-  if (copier_->on_cuda()) copier_->fence();  // the compute stream waits on the copies' events
-  else copier_->wait(sl.token);
+  stats_.acquires += 1;
+  // The slot's own copy, not the later prefetches into other slots (CPU: the training thread
+  // waits; CUDA: the compute stream waits on the copy's event, the host goes on).
+  copier_->fence(sl.token);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.stall_s += waited;
   stats_.last_stall_s = waited;

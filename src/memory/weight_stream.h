@@ -79,6 +79,9 @@ struct WeightStreamStats {
   double max_stall_s = 0;  // the longest single wait, and its block
   int max_stall_block = -1;
   double last_stall_s = 0; // the latest acquire's wait
+  double copy_wait_s = 0;  // the compute side waiting for its layers' copies: CUDA: the compute
+                           // stream's waits, event-timed; CPU: stall_s's waits for the copies
+  uint64_t acquires = 0;   // uses that waited for a copy (not nested ones)
 };
 
 class WeightStream {
@@ -108,7 +111,10 @@ class WeightStream {
   void invalidate(int block);
   bool held(int block) const;
 
-  const WeightStreamStats& stats() const { return stats_; }
+  const WeightStreamStats& stats() const {
+    stats_.copy_wait_s = copier_->wait_seconds();
+    return stats_;
+  }
   int last_failed() const { return last_failed_; }  // the block of the latest read that failed, -1: none
 
  private:
@@ -137,7 +143,7 @@ class WeightStream {
   std::unique_ptr<ComputeCopier> copier_;
   std::vector<int> order_;  // streamed blocks of the pass, in use order
   size_t cursor_ = 0;       // next expected position in order_
-  WeightStreamStats stats_;
+  mutable WeightStreamStats stats_;  // (copy_wait_s is brought up to date when read)
   int last_failed_ = -1;
 };
 

@@ -72,6 +72,27 @@ std::optional<CudaAllocatorPeaks> cuda_allocator_peaks(int device) {
 #endif
 }
 
+std::optional<uint64_t> cuda_device_used_bytes(int device) {
+#ifdef BCD_TORCH_CUDA
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess || (current != device && cudaSetDevice(device) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  size_t free = 0, total = 0;
+  const cudaError_t e = cudaMemGetInfo(&free, &total);
+  if (current != device) cudaSetDevice(current);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(total - free);
+#else
+  (void)device;
+  return std::nullopt;
+#endif
+}
+
 std::string cuda_device_name(int device) {
 #ifdef BCD_TORCH_CUDA
   cudaDeviceProp prop{};

@@ -36,6 +36,11 @@ struct CudaAllocatorPeaks {
 };
 std::optional<CudaAllocatorPeaks> cuda_allocator_peaks(int device);
 
+// What the device holds now, by cudaMemGetInfo (total - free): the CUDA context, cuBLAS's
+// workspaces, NCCL's buffers and the caching allocator's reserve (and any other process's use),
+// what a memory cap on the allocator alone does not count. nullopt without a CUDA LibTorch.
+std::optional<uint64_t> cuda_device_used_bytes(int device);
+
 // "NVIDIA H200", ...; "" without a CUDA LibTorch.
 std::string cuda_device_name(int device);
 

@@ -84,6 +84,10 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
     rec["stall_ms"] = 1e3 * (st.stall_s - logged_staging_.stall_s);
     rec["stall_ms_total"] = 1e3 * st.stall_s;
     rec["switch_copy_ms_total"] = 1e3 * st.copy_s;
+    // The compute side's waits for the switches' copies (CUDA: event-timed on its stream).
+    rec["switch_wait_ms"] = 1e3 * (st.copy_wait_s - logged_staging_.copy_wait_s);
+    rec["switch_wait_ms_total"] = 1e3 * st.copy_wait_s;
+    rec["switch_wait_ms_per_switch"] = st.switches > 0 ? 1e3 * st.copy_wait_s / static_cast<double>(st.switches) : 0.0;
     rec["staged_bytes"] = {{"nvme_read", st.nvme_read_bytes},   {"nvme_write", st.nvme_write_bytes},
                            {"host_read", st.host_read_bytes},   {"host_write", st.host_write_bytes},
                            {"compute_in", st.compute_in_bytes}, {"compute_out", st.compute_out_bytes}};
@@ -98,6 +102,8 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
     if (s.stream_stall_block >= 0) rec["stream_layer_stall_block"] = run.model.block(s.stream_stall_block).name();
     rec["stream_bytes_total"] = t.bytes;
     rec["stream_stall_ms_total"] = 1e3 * t.stall_s;
+    rec["stream_wait_ms_total"] = 1e3 * t.copy_wait_s;  // the compute side's waits (CUDA: event-timed)
+    rec["stream_wait_ms_per_layer"] = t.acquires > 0 ? 1e3 * t.copy_wait_s / static_cast<double>(t.acquires) : 0.0;
     rec["stream_misses_total"] = t.misses;
   }
   if (run.reducer) {  // data parallel: the gradient's trip over the ranks
@@ -123,6 +129,7 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
     if (const auto p = cuda_allocator_peaks(cuda_index(run.device))) {
       rec["cuda_peak_allocated_bytes"] = p->allocated;
       rec["cuda_peak_reserved_bytes"] = p->reserved;
+      if (const auto used = cuda_device_used_bytes(cuda_index(run.device))) rec["cuda_used_bytes"] = *used;
     }
   if (checkpoint_s > 0) rec["checkpoint_s_total"] = checkpoint_s;
   if (s.step == run.cfg.train.steps) rec["memory"] = acct.to_json();

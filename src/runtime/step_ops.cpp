@@ -12,7 +12,7 @@ void StepOps::switch_unit() {
 }
 
 void StepOps::prefetch() {
-  if (p_.block_opt) p_.block_opt->prefetch(p_.sched.lookahead(static_cast<int>(p_.cfg.memory.prefetch_depth)));
+  if (p_.block_opt && p_.cfg.memory.prefetch) p_.block_opt->prefetch(p_.sched.lookahead(static_cast<int>(p_.cfg.memory.prefetch_depth)));
 }
 
 int StepOps::grad_from() const { return p_.cfg.bcd.enabled ? p_.units[p_.sched.current()].lowest_block() : 0; }

@@ -23,6 +23,15 @@ nlohmann::json summary_json(const char* status, const TrainSummary& sum, int64_t
   j["peak_bytes"] = peak;
   j["rss_peak_bytes"] = sum.rss_peak_bytes;
   j["stall_ms_total"] = 1e3 * sum.staging.stall_s;
+  j["switch_wait_ms_total"] = 1e3 * sum.staging.copy_wait_s;
+  j["switch_wait_ms_per_switch"] =
+      sum.staging.switches > 0 ? nlohmann::json(1e3 * sum.staging.copy_wait_s / static_cast<double>(sum.staging.switches))
+                               : nlohmann::json(nullptr);
+  const bool streamed = sum.stream && sum.stream->acquires > 0;
+  j["stream_wait_ms_total"] = streamed ? nlohmann::json(1e3 * sum.stream->copy_wait_s) : nlohmann::json(nullptr);
+  j["stream_wait_ms_per_layer"] =
+      streamed ? nlohmann::json(1e3 * sum.stream->copy_wait_s / static_cast<double>(sum.stream->acquires))
+               : nlohmann::json(nullptr);
   j["wall_s"] = wall_s;
   return j;
 }

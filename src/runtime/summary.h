@@ -8,6 +8,12 @@
 //   tokens_per_s    over the whole run, validation excluded (null before a step)
 //   peak_bytes      {compute, pinned, host, nvme}: each memory pool's peak
 //   rss_peak_bytes  VmHWM of the process; stall_ms_total: staging stall; wall_s: the whole run
+//   switch_wait_ms_total, switch_wait_ms_per_switch
+//                   the compute side waiting for block switches' copies (CUDA: the compute
+//                   stream's waits, event-timed; CPU: the training thread's)
+//   stream_wait_ms_total, stream_wait_ms_per_layer
+//                   the same for streamed layers' weights, per use of a streamed layer (null
+//                   when no layer streams)
 // Non-finite figures are null.
 #pragma once
 
@@ -19,6 +25,7 @@
 #include <vector>
 
 #include "memory/stager.h"
+#include "memory/weight_stream.h"
 
 namespace bcd {
 
@@ -32,6 +39,7 @@ struct TrainSummary {
   int64_t num_params = 0;
   std::vector<std::string> samples;
   StagerStats staging;                     // block-state movement (BCD with the fused optimizer)
+  std::optional<WeightStreamStats> stream; // frozen layers' weights streamed (when any is)
   nlohmann::json memory;                   // MemoryAccounting::to_json() at the end
   uint64_t rss_peak_bytes = 0;             // VmHWM of the process at the end
   int stopped_by_signal = 0;               // SIGINT/SIGTERM: checkpointed and stopped after `steps`

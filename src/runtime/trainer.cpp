@@ -338,6 +338,7 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
     if (!sum.stopped_by_signal) run.block_opt->flush();  // write-backs in flight: their errors surface here
     sum.staging = run.block_opt->staging();
   }
+  if (run.streamed) sum.stream = run.streamed->totals();
   sum.memory = run.acct.to_json();
   sum.tokens_per_s = static_cast<double>(run.tokens_per_step() * (sum.steps - run.first_step + 1)) / std::max(train_s, 1e-9);
   if (!sum.stopped_by_signal && run.is_root()) write_outputs(run, sum, t_start, say);

@@ -127,7 +127,7 @@ EOF
     'j["skipped"] == "no GPU: nvidia-smi -L lists none (exit 6: No devices were found)"' 'j["errors"] == []' \
     'j["build_s"] is None' 'j["tests"] == {"passed": None, "failed": None, "skipped": None}' \
     'all(r["state"] == "skipped" and r["skipped"] == j["skipped"] for r in j["runs"].values())' \
-    'sorted(j["runs"]) == ["bcd_2rank", "bcd_7b"]' 'sorted(j["streams"]) == ["stream_host", "stream_nvme", "stream_off"]' \
+    'sorted(j["runs"]) == ["bcd_2rank", "bcd_7b", "bcd_7b_noprefetch"]' 'sorted(j["streams"]) == ["stream_host", "stream_nvme", "stream_off"]' \
     'all(r["state"] == "skipped" for r in j["streams"].values())'
   expect_absent smi "$scratch/b1"
 
@@ -176,7 +176,7 @@ case_summary() {
   mkdir -p "$scratch/empty"
   run empty python3 "$summarizer" "$scratch/empty"
   expect_rc empty 1
-  json_check "$scratch/empty.out" 'len(j["errors"]) == 10' \
+  json_check "$scratch/empty.out" 'len(j["errors"]) == 11' \
     'all(e.endswith("no status recorded (the check stopped before this part)") for e in j["errors"])' \
     'all(r["state"] == "not_run" for r in j["runs"].values())'
 
