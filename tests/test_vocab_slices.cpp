@@ -128,6 +128,22 @@ TEST(VocabSlices, AnUpdateMovesItsRowsOnly) {
   }
 }
 
+// The backward's rows: a token in the slice goes to its own row; the others (masked to zero)
+// spread over the slice, at most ceil(N / rows) a row, never one hot row taking the batch.
+TEST(VocabSlices, OutOfSliceTokensSpreadOverTheSlicesRows) {
+  torch::manual_seed(12);
+  const int64_t first = 100, rows = 50;
+  const torch::Tensor tokens = torch::randint(0, 1000, {8, 64}, torch::kInt64);  // ~95% outside
+  const torch::Tensor r = slice_embedding_rows(tokens, first, rows), ids = tokens.reshape({-1});
+  const torch::Tensor in = (ids >= first) & (ids < first + rows);
+  ASSERT_EQ(r.numel(), ids.numel());
+  EXPECT_TRUE(torch::equal(r.masked_select(in), ids.masked_select(in) - first));
+  EXPECT_GE(r.min().item<int64_t>(), 0);
+  EXPECT_LT(r.max().item<int64_t>(), rows);
+  const int64_t most = torch::bincount(r.masked_select(~in), {}, rows).max().item<int64_t>();
+  EXPECT_LE(most, (ids.numel() + rows - 1) / rows);
+}
+
 // A slice's gradient is the same bits every time, with many repeated tokens and enough of them for
 // LibTorch to split the work over threads (the bitwise resume rests on it).
 TEST(VocabSlices, TheGradientIsTheSameBitsEveryTime) {

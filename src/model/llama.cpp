@@ -177,7 +177,7 @@ struct SliceEmbedding : public torch::autograd::Function<SliceEmbedding> {
     ctx->saved_data.clear();
     torch::NoGradGuard ng;
     const torch::Tensor in = (tokens >= first) & (tokens < first + sum.size(0));
-    const torch::Tensor rows = torch::where(in, tokens - first, torch::zeros_like(tokens));
+    const torch::Tensor rows = slice_embedding_rows(tokens, first, sum.size(0));
     const auto acc = sum.scalar_type();
     const torch::Tensor g = grad_out[0].reshape({-1, sum.size(1)}).to(acc) * in.unsqueeze(1).to(acc);
     // Both sum repeated rows in a fixed order: CUDA's index_put_ with accumulate sorts the indices
@@ -190,6 +190,13 @@ struct SliceEmbedding : public torch::autograd::Function<SliceEmbedding> {
 };
 
 }  // namespace
+
+torch::Tensor slice_embedding_rows(const torch::Tensor& tokens, int64_t first, int64_t rows) {
+  const torch::Tensor ids = tokens.reshape({-1});
+  const torch::Tensor in = (ids >= first) & (ids < first + rows);
+  const torch::Tensor spread = torch::arange(ids.numel(), ids.options()).remainder(rows);
+  return torch::where(in, ids - first, spread);
+}
 
 // ---- Model ----
 

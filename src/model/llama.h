@@ -168,5 +168,12 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 // q (B, H, T, D), k/v (B, KV, T, D) -> (B, H, T, D), causal
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// The rows of an embedding slice (rows first .. first + rows) that the backward of looking up
+// `tokens` adds each token's gradient into: its own for a token in the slice; for the others,
+// whose gradient is masked to zero, rows spread over the slice by position (adding +0 changes no
+// sum), so no row receives the whole batch's out-of-slice tokens: on CUDA index_put_ sorts the
+// rows and sums each row's run serially, and one row taking most of a batch was a run as long
+// as the batch.
+torch::Tensor slice_embedding_rows(const torch::Tensor& tokens, int64_t first, int64_t rows);
 
 }  // namespace bcd
