@@ -7,6 +7,7 @@
 // throw within its scope.
 #pragma once
 
+#include <csignal>
 #include <stdexcept>
 
 namespace bcd {
@@ -30,8 +31,8 @@ class StopScope {
   StopScope& operator=(const StopScope&) = delete;
 
  private:
-  void (*old_int_)(int);
-  void (*old_term_)(int);
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
   bool old_interrupts_;
 };
 
