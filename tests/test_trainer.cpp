@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <regex>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -280,6 +281,28 @@ TEST_F(TrainerRun, DivergenceStopsAtTheNextLoggedStep) {
   EXPECT_EQ(sj["steps"], 3) << "steps 1-3 finished; step 4 found the divergence";
   EXPECT_EQ(sj["total_steps"], 12);
   EXPECT_NE(sj["error"].get<std::string>().find("training diverged at step 4"), std::string::npos) << sj.dump();
+}
+
+// A step reads no device value on the host (on a GPU each read drains the device's queue)
+// except on logged steps: the loss (with the first step's, kept on the device until then) and
+// the gradient norm, one read each; the last step's validation loss is one more. Counted through
+// the one function every such read goes through (runtime/host_read.h).
+TEST_F(TrainerRun, OnlyLoggedStepsReadDeviceValues) {
+  const std::string run = run_dir("host_reads");
+  auto r = test::run_bcdtrain(train_tiny() +
+                              " --model.n_layers=2 --train.steps=12 --train.log_every=4 --train.val_every=0"
+                              " --train.val_batches=1 --sample.prompts='[]' --train.save_model=false"
+                              " --train.run_dir=" + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto m = read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0]["host_reads_total"], 2) << "steps 1-4: only step 4's loss and gradient norm";
+  EXPECT_EQ(m[1]["host_reads_total"], 4);
+  EXPECT_EQ(m[2]["host_reads_total"], 7) << "step 12 validates too";
+  // The first step's loss still reaches the closing line, read with step 4's: about ln(2048).
+  std::smatch first;
+  ASSERT_TRUE(std::regex_search(r.output, first, std::regex(R"(done: 12 steps in .*, loss ([0-9.]+) -> )"))) << r.output;
+  EXPECT_NEAR(std::stod(first[1].str()), std::log(2048.0), 0.5) << r.output;
 }
 
 // Scripts repeat one command line: `--resume auto` starts the run in an empty run directory,

@@ -62,11 +62,12 @@ torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm) {
 }
 
 torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm, const std::vector<GradRange>& owned,
-                             const std::function<double(double)>& sum_over_ranks) {
+                             const std::function<void(const torch::Tensor&)>& sum_over_ranks) {
   torch::NoGradGuard ng;
   torch::Tensor sq = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(model.block(0).data().device()));
   for (const GradRange& r : owned) sq = sq + range_sq(model.block(r.block).grad_range(r.begin, r.len));
-  const torch::Tensor norm = torch::tensor(std::sqrt(sum_over_ranks(sq.item<double>())), torch::kFloat64).to(sq.device());
+  sum_over_ranks(sq);  // on the device: the host reads nothing
+  const torch::Tensor norm = sq.sqrt();
   if (max_norm > 0) {
     const torch::Tensor scale = clip_scale(norm, max_norm);
     for (const GradRange& r : owned) model.block(r.block).grad_range(r.begin, r.len).mul_(scale);

@@ -40,10 +40,10 @@ struct GradRange {
 };
 
 // The same over a sharded gradient: the norm of the `owned` ranges (this rank's), squared and
-// summed over ranks by `sum_over_ranks` (the global norm), and only those ranges scaled. This
-// reads the partial norm on the host (the ranks exchange it).
+// summed over ranks by `sum_over_ranks` (in place, on the device: the global norm's square),
+// and only those ranges scaled. The host reads nothing.
 torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm, const std::vector<GradRange>& owned,
-                             const std::function<double(double)>& sum_over_ranks);
+                             const std::function<void(const torch::Tensor&)>& sum_over_ranks);
 
 class FullAdamW {
  public:

@@ -13,6 +13,7 @@
 #include "base/stop.h"
 #include "io/checkpoint.h"
 #include "model/weights.h"
+#include "runtime/host_read.h"
 #include "runtime/train_state.h"
 
 namespace bcd {
@@ -107,9 +108,26 @@ double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool nee
   const double world = run_.pg->world_size();
   fired_ = stop_signal();  // this step's: a later signal stops the next step
   other_rank_stops_ = false;
-  if (!(world > 1 || needed || step == run_.first_step || fired_)) return NAN;
-  const std::vector<double> sums = run_.pg->sum_over_ranks({loss_sum.item<double>(), fired_ ? 1.0 : 0.0});
+  if (step == run_.first_step) first_loss_sum_ = loss_sum.detach();
+  // Every rank reads when `needed` (the same on all); one rank alone also at its signal.
+  const bool read = needed || (world == 1 && fired_);
+  if (!read && world == 1) return NAN;
+  // One read takes this step's loss and, the first time, the first step's.
+  const bool with_first = read && !first_loss_ && first_loss_sum_.defined();
+  std::vector<double> values{0.0, 0.0};
+  if (read) {
+    const std::vector<double> v =
+        host_read(with_first ? torch::stack({loss_sum.detach(), first_loss_sum_.to(loss_sum.dtype())}) : loss_sum);
+    values[0] = v[0];
+    if (with_first) values[1] = v[1];
+  }
+  // The stop flags (host values) every step, the losses beside them when read.
+  std::vector<double> sums = {values[0], fired_ ? 1.0 : 0.0};
+  if (with_first) sums.push_back(values[1]);
+  if (world > 1) sums = run_.pg->sum_over_ranks(sums);
   other_rank_stops_ = sums[1] > 0;
+  if (with_first) first_loss_ = sums[2] / world, first_loss_sum_ = torch::Tensor();
+  if (!read) return NAN;
   const double loss = sums[0] / world;  // each micro-batch's loss is already over grad_accum
   // The settings a divergence usually comes from, with their values: one of them may be off.
   if (!std::isfinite(loss))

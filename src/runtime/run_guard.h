@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -63,10 +64,15 @@ class RunGuard {
   // update (nothing was trained on it), naming the newest checkpoint to resume from.
   void compute_step(int64_t step, const std::function<void()>& micro_batches);
   // The step's loss, the mean over ranks of `loss_sum` (its micro-batches' losses, each already
-  // over grad_accum), when this step reads it
-  // (`needed`, the first step, a signal, or several ranks: then it travels each step with the
-  // stop flag in one small all-reduce), else NaN. A non-finite loss stops the run.
+  // over grad_accum), when this step reads it (`needed`: a logged or checkpointed step, the
+  // same on every rank; one rank also reads it at a signal), else NaN: on a GPU no other step
+  // waits for its compute to read a value. With several ranks the stop flags travel every step
+  // in one small all-reduce of host values, the loss with them when read. The first step's loss
+  // stays on the device until the first read, which takes both (first_loss()). A non-finite
+  // loss stops the run.
   double read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed);
+  // The first step's loss, once a read has taken it.
+  std::optional<double> first_loss() const { return first_loss_; }
   // One rank: a signal that came during the step's micro-batches (true from here) drops the
   // step's partial work, so that a step of many micro-batches does not hold a stop for minutes.
   // No update has happened: weights, optimizer state and schedule are those after the last step,
@@ -92,6 +98,8 @@ class RunGuard {
   StopScope stops_{StopScope::Mode::kPoll};
   int fired_ = 0;           // the signal this step's loss read saw
   bool other_rank_stops_ = false;  // a rank's signal, from the all-reduce
+  torch::Tensor first_loss_sum_;    // the first step's loss sum, until a read takes it
+  std::optional<double> first_loss_;
 };
 
 }  // namespace bcd

@@ -32,7 +32,7 @@ torch::Tensor StepOps::clip_gradients() {
   for (const GradRange& g : p_.block_opt->grad_ranges())
     if (g.rank == p_.pg.rank()) mine.push_back(g);
   return clip_grad_norm(p_.model, p_.cfg.train.grad_clip, mine,
-                        [&](double sq) { return p_.pg.sum_over_ranks({sq})[0]; });
+                        [&](const torch::Tensor& sq) { p_.pg.wait_for(p_.pg.start_all_reduce_sum(sq)); });
 }
 
 void StepOps::accumulate_gradients(bool final_micro_batch) {

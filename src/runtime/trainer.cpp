@@ -1,6 +1,7 @@
 // Training: the step loop reads top to bottom like the algorithm (DESIGN §4); what stops it
 // (signals, I/O errors, divergence, checkpoints) is run_guard's; set-up, checkpoint
 // state and metrics records live in run_setup, train_state and metrics.
+#include "runtime/host_read.h"
 #include "runtime/trainer.h"
 
 #include <fmt/format.h>
@@ -173,9 +174,9 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     const torch::Tensor grad_norm = run.ops().clip_gradients();               // clip
     run.ops().update(s.lr);                                                    // AdamW
     take_stream_stats(run, s);
-    if (logs) s.grad_norm = grad_norm.item<double>();
+    if (logs) s.grad_norm = host_read_scalar(grad_norm);
     rate.add(seconds_since(t0), s.flops);
-    if (step == run.first_step) sum.first_loss = s.loss;
+    if (const auto first = guard.first_loss()) sum.first_loss = *first;
     if (std::isfinite(s.loss)) sum.final_loss = s.loss;
     sum.steps = step;  // done (a failure's summary says how far the run got)
     if (validate)                                                        // validate
@@ -264,7 +265,7 @@ double evaluate_val_loss(const LlamaModel& model, const std::vector<DataSource>&
     if (b.mask.defined()) l = l * b.divisor, counted += b.divisor * world;
     total = i == 0 ? l : total + l;
   }
-  double sum = total.item<double>();
+  double sum = host_read_scalar(total);
   if (pg) sum = pg->sum_over_ranks({sum})[0];
   if (masked) return counted > 0 ? sum / counted : NAN;  // NaN: no response token in the batches read
   return sum / world / static_cast<double>(n);

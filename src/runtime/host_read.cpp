@@ -1,0 +1,23 @@
+// Counted host reads of device values (runtime/host_read.h).
+#include "runtime/host_read.h"
+
+#include <atomic>
+
+namespace bcd {
+
+namespace {
+std::atomic<uint64_t> g_reads{0};
+}  // namespace
+
+std::vector<double> host_read(const torch::Tensor& t) {
+  g_reads.fetch_add(1, std::memory_order_relaxed);
+  const torch::Tensor h = t.detach().to(torch::kCPU, torch::kFloat64).contiguous().reshape({-1});
+  const double* p = h.data_ptr<double>();
+  return std::vector<double>(p, p + h.numel());
+}
+
+double host_read_scalar(const torch::Tensor& t) { return host_read(t).at(0); }
+
+uint64_t host_reads() { return g_reads.load(std::memory_order_relaxed); }
+
+}  // namespace bcd

@@ -1,0 +1,21 @@
+// Reads of device values by the host during training, through one function: on a GPU each read
+// waits for the device's queue to drain, so a step makes none but where it must (the loss and
+// the gradient norm on logged steps, the validation loss). Counted process-wide, so a test can
+// hold the step to that on the CPU, and metrics.jsonl carries the count (host_reads_total).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace bcd {
+
+// The values of `t` (any shape, any device), as doubles, in one read.
+std::vector<double> host_read(const torch::Tensor& t);
+// The single value of a one-element tensor.
+double host_read_scalar(const torch::Tensor& t);
+// Reads so far, this process.
+uint64_t host_reads();
+
+}  // namespace bcd
