@@ -87,8 +87,12 @@ uint64_t meminfo_bytes(const std::string& key) {
   user_error("plan: cannot read {} from /proc/meminfo; give the [memory] sizes explicitly", key);
 }
 
+CudaReserve cuda_runtime_reserve(int world_ranks) {
+  return CudaReserve{kCudaContextBytes, kCublasWorkspaceBytes, world_ranks > 1 ? kNcclBytes : 0};
+}
+
 uint64_t TierUsage::total() const {
-  uint64_t t = activations + staging;
+  uint64_t t = activations + staging + reserved;
   for (uint64_t b : by_kind) t += b;
   return t;
 }
@@ -332,20 +336,21 @@ void plan_verdict(const PlanInputs& in, MemoryPlan& plan, const VerdictFacts& f,
   const uint64_t host_weights = plan.host.by_kind[kind(StateKind::kWorking)];
   if (plan.compute.total() > plan.compute.budget) {
     const uint64_t working = plan.compute.by_kind[kind(StateKind::kWorking)];
-    const uint64_t state = plan.compute.total() - plan.compute.activations - working;
+    const uint64_t state = plan.compute.total() - plan.compute.activations - working - plan.compute.reserved;
     const std::string streamed =
         sp.on() ? fmt::format(": resident {} + stream window {} x {} + active buffer {}",
                               gib(working - sp.window_bytes() - sp.active_bytes), sp.depth, gib(sp.slot_bytes),
                               gib(sp.active_bytes))
                 : "";
     why.insert(why.begin(), fmt::format(
-        "compute tier needs {} (working weights {}{} + active unit '{}' master/m/v/grad {} + activations {} ({})) "
+        "compute tier needs {} (working weights {}{} + active unit '{}' master/m/v/grad {} + activations {} ({}){}) "
         "but memory.compute_bytes is {}",
         gib(plan.compute.total()), gib(working), streamed, plan.units[plan.largest_unit].name, gib(state),
         gib(plan.compute.activations),
         mem.activation_bytes.is_auto
             ? fmt::format("estimated for train.batch_size {} x train.seq_len {}", train.batch_size, train.seq_len)
             : "memory.activation_bytes",
+        plan.compute.reserved ? fmt::format(" + the CUDA runtime's own {}", gib(plan.compute.reserved)) : "",
         gib(plan.compute.budget)));
   }
   if (host_weights > plan.host.budget)
@@ -401,8 +406,10 @@ void plan_verdict(const PlanInputs& in, MemoryPlan& plan, const VerdictFacts& f,
 
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
                        const MemoryConfig& mem, int shards, bool fused_attention, int local_ranks,
-                       StreamRates rates) {
+                       StreamRates rates, CudaReserve reserve) {
   MemoryPlan plan;
+  plan.reserve = reserve;
+  plan.compute.reserved = reserve.total();
   plan.shards = std::max(shards, 1);
   PlanInputs in{model, bcd, train, mem, fused_attention, local_ranks, rates, plan.shards, block_shapes(model)};
   plan.units = unit_shapes(model, bcd);
@@ -521,10 +528,16 @@ std::string format_plan(const MemoryPlan& p) {
   row("host", p.host);
   row("nvme", p.nvme);
   const StreamPlan& sp = p.stream;
-  os << fmt::format("(compute: {} + the largest unit's state + worst-case activations{})\n",
+  os << fmt::format("(compute: {} + the largest unit's state + worst-case activations{}{})\n",
                     sp.on() ? "resident working weights, rotary tables, the stream window and the active buffer"
                             : "all working weights and rotary tables",
-                    p.activations_estimated ? " (estimated)" : " (memory.activation_bytes)");
+                    p.activations_estimated ? " (estimated)" : " (memory.activation_bytes)",
+                    p.compute.reserved
+                        ? fmt::format(" + the CUDA runtime's own {} (context {}, cuBLAS workspaces {}{}), estimates "
+                                      "outside the caching allocator, whose cap is the budget less them",
+                                      gib(p.compute.reserved), gib(p.reserve.context), gib(p.reserve.cublas),
+                                      p.reserve.nccl ? ", NCCL buffers " + gib(p.reserve.nccl) : "")
+                        : "");
   if (sp.on() && sp.host_bytes() > 0)
     os << fmt::format("(host: the streamed weights' home, {} on the machine shared by {} local rank(s), first; then "
                       "inactive master/moments)\n",

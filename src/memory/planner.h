@@ -48,11 +48,26 @@ struct TierUsage {
   std::array<uint64_t, kNumStateKinds> by_kind{};
   uint64_t activations = 0;
   uint64_t staging = 0;
+  uint64_t reserved = 0;  // compute tier on a GPU: the CUDA runtime's own (cuda_runtime_reserve)
   uint64_t budget = 0;
   bool unlimited = false;
   uint64_t total() const;
   int64_t headroom() const { return static_cast<int64_t>(budget) - static_cast<int64_t>(total()); }
 };
+
+// Device memory a CUDA rank holds outside LibTorch's caching allocator, which a cap on the
+// allocator does not limit: estimates per GPU, counted in the compute tier's plan (and taken off
+// the allocator's cap) so that "fits 24 GiB" means the whole device, not the allocator alone.
+// `cudaMemGetInfo` in the GPU check measures what they leave out.
+constexpr uint64_t kCudaContextBytes = 640ull << 20;  // context, LibTorch's and NCCL's kernels loaded lazily
+constexpr uint64_t kCublasWorkspaceBytes = 64ull << 20;  // cuBLAS + cuBLASLt workspaces (32 MiB each on Hopper)
+constexpr uint64_t kNcclBytes = 512ull << 20;  // NCCL's channel buffers and proxy state, several ranks
+struct CudaReserve {
+  uint64_t context = 0, cublas = 0, nccl = 0;
+  uint64_t total() const { return context + cublas + nccl; }
+};
+// The reserve of a CUDA rank in a run of `world_ranks` ranks (NCCL only with several).
+CudaReserve cuda_runtime_reserve(int world_ranks);
 
 struct MemoryPlan {
   std::vector<BlockPlan> blocks;
@@ -65,6 +80,7 @@ struct MemoryPlan {
   int shards = 1;             // ranks the block state is sharded over
   StreamPlan stream;          // streamed layers' weights; stream.on() false: all resident
 
+  CudaReserve reserve;        // in compute.reserved
   TierUsage compute;          // working weights (resident, stream window and active buffer) +
                               // the active unit's state + activations
   TierUsage pinned;           // staging pool: (prefetch_depth + 1) units of master + moments
@@ -79,6 +95,7 @@ struct MemoryPlan {
   uint64_t home_bytes(Tier tier, StateKind k) const;
 };
 
+
 // Plans a run (of one rank). model.vocab_size must be resolved (> 0); model.hf_config is not
 // read. `shards` > 1: the block state is sharded over that many ranks and this rank holds the
 // largest slice of each unit, ceil(S / shards) elements (dist.shard_state).
@@ -86,9 +103,11 @@ struct MemoryPlan {
 // (model/llama.h: attention_keeps_scores); false counts the scores (conservative).
 // `local_ranks`: ranks on this machine sharing the streamed weights' host copy. `rates`: the
 // stream model's (resolve_stream_rates); memory.stream_gbps / stream_tflops, where > 0, win.
+// `reserve`: what the compute device holds besides the allocator (cuda_runtime_reserve on a GPU,
+// none on the CPU).
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
                        const MemoryConfig& memory, int shards = 1, bool fused_attention = false,
-                       int local_ranks = 1, StreamRates rates = {});
+                       int local_ranks = 1, StreamRates rates = {}, CudaReserve reserve = {});
 
 // Activation bytes on the compute tier while unit `u` is active (formula in planner.cpp).
 uint64_t estimate_activation_bytes(const ModelConfig& model, const TrainConfig& train, const UnitShape& u,

@@ -53,7 +53,7 @@ RunPlan resolve_plan(const Config& cfg, const PlanSite& site, const TokenDataset
   if (site.device.is_cuda()) peak = gpu_peak_tflops(cuda_device_name(cuda_index(site.device)), cfg.train.dtype);
   const StreamRates rates = resolve_stream_rates(rp.memory, cfg.train, site.on_cuda, peak);
   rp.plan = plan_memory(mc, cfg.bcd, cfg.train, rp.memory, rp.shards, !attention_keeps_scores(site.on_cuda),
-                        site.local_ranks, rates);
+                        site.local_ranks, rates, site.on_cuda ? cuda_runtime_reserve(site.world_ranks) : CudaReserve{});
   return rp;
 }
 

@@ -116,7 +116,11 @@ MemoryPlan plan_run(Config& cfg, const std::vector<DataSource>& sources, const t
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
   // A GPU's allocator is held to the plan's compute budget: memory.compute_bytes = 24GiB on a
   // bigger card fails an allocation where a 24 GiB card would.
-  if (device.is_cuda()) cap_cuda_allocator(cuda_index(device), plan.compute.budget);
+  // The allocator gets the budget less what the CUDA runtime holds beside it (the plan's reserve).
+  if (device.is_cuda())
+    cap_cuda_allocator(cuda_index(device), plan.compute.budget > plan.compute.reserved
+                                               ? plan.compute.budget - plan.compute.reserved
+                                               : plan.compute.budget);
   acct.set_budget(Pool::kCompute, plan.compute.budget);
   acct.set_budget(Pool::kPinned, plan.pinned.budget);
   acct.set_budget(Pool::kHost, plan.host.budget);
