@@ -32,7 +32,7 @@ usage: scripts/bench_finetune_real.sh [--rounds N] [--steps N] [--adamw-lr LR] [
   --steps N          AdamW steps a round (default 28) of 1,024 tokens; BCD  [$BENCH_STEPS]
                      gets the steps that take the same time
   --adamw-lr LR      AdamW's peak LR (default 1e-4: its best of 5e-5, 1e-4,  [$BENCH_ADAMW_LR]
-                     2e-4, 4e-4 here)
+                     2e-4, 3e-4 here)
   --threads N        trainer threads, 0 = all cores (default 0)            [$BENCH_THREADS]
   --val-batches N    held-out windows of 1,024 tokens evaluated, 0 = all   [$BENCH_VAL_BATCHES]
                      (default 0: 21 windows)
