@@ -197,6 +197,29 @@ INSTANTIATE_TEST_SUITE_P(
                  {"<s>", "</s>"}}),
     [](const ::testing::TestParamInfo<ChatCase>& i) { return i.param.family; });
 
+// SmolLM2's tokenizer names ChatML's <|im_start|> as its BOS and its template writes no BOS before
+// the first marker: the record starts with one <|im_start|>, not two. (Qwen's files with that BOS.)
+TEST(JsonChat, ABosThatIsTheTemplatesFirstMarkerIsWrittenOnce) {
+  SKIP_WITHOUT("qwen3");
+  test::TempDir tmp("bcd-jsontok");
+  const Tokenizer tok = Tokenizer::load(tokenizer_dir(
+      tmp, "smol", "qwen3", {{"tokenizer_config.json", R"({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"})"}}));
+  const int im_start = tok.special_id("<|im_start|>");
+  ASSERT_EQ(tok.bos_id(), im_start);
+  const MaskedTokens mt = tokenize_chat(render_chat(record(), ChatTemplate::kChatML), tok);
+  EXPECT_EQ(mt.ids, tok.encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                               "<|im_start|>assistant\nIt is 4.<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n"
+                               "<|im_start|>assistant\n6, of course.<|im_end|>\n"))
+      << tok.decode(mt.ids);
+  EXPECT_EQ(target_runs(mt, tok), (std::vector<std::string>{"It is 4.<|im_end|>", "6, of course.<|im_end|>"}));
+  // A BOS that is not the text's first token stays (Llama 3's <|begin_of_text|>, above); one before
+  // text that starts otherwise stays too: the plain layout under this tokenizer.
+  const MaskedTokens plain = tokenize_chat(render_chat(record(), ChatTemplate::kPlain), tok);
+  ASSERT_GE(plain.ids.size(), 2u);
+  EXPECT_EQ(plain.ids[0], im_start);
+  EXPECT_NE(plain.ids[1], im_start);
+}
+
 TEST(JsonChat, TheTemplateIsRecognizedFromTheTokenizersConfig) {
   SKIP_WITHOUT("llama3");
   SKIP_WITHOUT("qwen3");

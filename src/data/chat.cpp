@@ -201,10 +201,19 @@ MaskedTokens tokenize_chat(const std::vector<ChatPiece>& pieces, const Tokenizer
     if (target && !ids.empty()) last_target = ids.back();
   };
   bool at_start = true;  // the next text piece starts a document (record start or after BOS)
+  // A BOS waits for the next piece: when that is text whose first token is the BOS itself
+  // (SmolLM2's BOS is ChatML's <|im_start|>, which its template writes with no BOS before it),
+  // the marker is the record's start and a second copy would be a layout the model never saw.
+  int pending_bos = -1;  // -1: none, else the BOS piece's target flag
+  auto flush_bos = [&] {
+    if (pending_bos >= 0) append({tok.bos_id()}, pending_bos != 0);
+    pending_bos = -1;
+  };
   for (const ChatPiece& p : pieces) {
+    if (p.kind != ChatPiece::kText) flush_bos();
     switch (p.kind) {
       case ChatPiece::kBos:
-        if (tok.bos_id() >= 0) append({tok.bos_id()}, p.target);
+        if (tok.bos_id() >= 0) pending_bos = p.target ? 1 : 0;
         at_start = true;
         break;
       case ChatPiece::kEos:
@@ -218,12 +227,17 @@ MaskedTokens tokenize_chat(const std::vector<ChatPiece>& pieces, const Tokenizer
         }
         append({tok.eos_id()}, p.target);
         break;
-      case ChatPiece::kText:
-        append(at_start ? tok.encode(p.text) : tok.encode_continuation(p.text), p.target);
+      case ChatPiece::kText: {
+        const std::vector<int> ids = at_start ? tok.encode(p.text) : tok.encode_continuation(p.text);
+        if (pending_bos >= 0 && !ids.empty() && ids.front() == tok.bos_id()) pending_bos = -1;
+        flush_bos();
+        append(ids, p.target);
         at_start = false;
         break;
+      }
     }
   }
+  flush_bos();
   return out;
 }
 

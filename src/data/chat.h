@@ -115,7 +115,8 @@ struct MaskedTokens {
 };
 
 // Tokenizes `pieces` piece by piece, so no token straddles a prompt/response boundary; each
-// token takes its piece's target flag. A kBos piece is skipped when tok.bos_id() < 0. A kEos
+// token takes its piece's target flag. A kBos piece is skipped when tok.bos_id() < 0, or when the
+// text after it encodes to a first token that is the BOS itself (SmolLM2's <|im_start|>). A kEos
 // piece is skipped when the last target token is already one of the tokenizer's EOS ids (a
 // ChatML <|im_end|> that ends Qwen's sequences), else needs tok.eos_id() >= 0 (UserError naming
 // the tokenizer otherwise). A text piece that starts the record or follows a kBos piece is
