@@ -2,6 +2,7 @@
 // run: 2 ranks x b give 1 rank x 2b, a stopped run resumes exactly (and on one rank), a killed
 // rank stops the run. Where ranks come from: test_dist_launch.cpp.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <nlohmann/json.hpp>
@@ -404,6 +405,28 @@ TEST_F(DataParallel, StoppedRunResumesExactlyAndOnOneRank) {
 // Frozen layers' weights streamed from one shared host copy (memory.stream_weights): bitwise the
 // all-resident run on 2 ranks, with each rank charged half of the copy, and nothing left in
 // /dev/shm after the run.
+// A signal to one rank alone stops both after the same step: each step's stop flags are summed a
+// step late and every rank reads the same sum. Both write that step's checkpoint (rank 0's file,
+// each rank's slice of the sharded state), and rank 0, which saw no signal itself, says it.
+TEST_F(DataParallel, ASignalToOneRankStopsEveryRankAfterTheSameStep) {
+  const std::string run = path("one-signal");
+  test::Background bg("launch --nproc 2 " + train("one-signal", 4, " --train.steps=100000"), path("one-signal.log"));
+  wait_for_records(run, 3);
+  const std::vector<pid_t> ranks = children_of(bg.pid);
+  ASSERT_EQ(ranks.size(), 2u) << test::read_text(path("one-signal.log"));
+  ASSERT_EQ(kill(ranks[1], SIGTERM), 0);
+  EXPECT_EQ(bg.wait(), 128 + SIGTERM) << test::read_text(path("one-signal.log"));
+  const std::string log = test::read_text(path("one-signal.log"));
+  const auto ckpts = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(ckpts.size(), 1u) << log;
+  const CheckpointReader ck(ckpts[0]);
+  const int64_t at = ck.attr_int("/", "step");
+  EXPECT_NE(log.find(fmt::format("stopped by signal {} after step {};", SIGTERM, at)), std::string::npos) << log;
+  EXPECT_EQ(read_metrics(run + "/metrics.jsonl").back()["step"].get<int64_t>(), at);
+  const std::string token = ck.attr_str("/", "shard_token");
+  for (int k = 0; k < 2; ++k) EXPECT_TRUE(fs::exists(checkpoint_shard_path(ckpts[0], k, 2, token))) << k << "\n" << log;
+}
+
 TEST_F(DataParallel, StreamedWeightsFromOneSharedCopyTrainBitwiseLikeResident) {
   const std::string extra = " --model.n_layers=6 --model.activation_checkpointing=true --bcd.layers_per_block=1"
                             " --bcd.order=random";

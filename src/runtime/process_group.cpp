@@ -25,6 +25,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include "base/error.h"
 #include "runtime/rank_facts.h"
 
@@ -68,6 +71,13 @@ struct ProcessGroup::Impl {
   Backend kind = Backend::kGloo;       // resolved: gloo or nccl
   torch::Device model_device = torch::kCPU;
   std::chrono::milliseconds timeout{0};
+  struct Lagged {  // start_lagged_sum's sum in flight
+    bool pending = false;
+    uint64_t ticket = 0;
+    torch::Tensor host_in, dev, host_out;  // held until collected: the copies read and write them
+    std::optional<c10::Event> copied;      // a GPU's: recorded after the copy back
+    std::vector<double> values;            // one rank's
+  } lagged;
 #ifdef BCD_HAVE_C10D
   c10::intrusive_ptr<c10d::Store> store;
   // ProcessGroupNCCL and ProcessGroupGloo are c10d::Backends (torch 2.x); a c10d::ProcessGroup
@@ -517,6 +527,49 @@ std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {
   t = t.cpu();
   const double* p = t.data_ptr<double>();
   return std::vector<double>(p, p + values.size());
+}
+
+void ProcessGroup::start_lagged_sum(const std::vector<double>& values) {
+  Impl::Lagged& l = impl_->lagged;
+  BCD_CHECK(!l.pending, "start_lagged_sum: the sum started before was not collected");
+  BCD_CHECK(!values.empty(), "start_lagged_sum: no values");
+  l.pending = true;
+  if (world_size_ == 1) {
+    l.values = values;
+    return;
+  }
+  const torch::Device& dev = impl_->device;
+  const bool on_device = !dev.is_cpu();
+  l.host_in = torch::tensor(values, torch::kFloat64);
+  if (on_device) l.host_in = l.host_in.pin_memory();  // a pageable copy would wait for the queue
+  l.dev = on_device ? l.host_in.to(torch::TensorOptions().device(dev), /*non_blocking=*/true) : l.host_in;
+  l.ticket = start_all_reduce_sum(l.dev);
+  if (!on_device) return;  // collect waits for it on the host
+  wait_for(l.ticket);      // a GPU's queue waits for the collective, the host does not
+  l.host_out = torch::empty(l.dev.sizes(), torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(true));
+  l.host_out.copy_(l.dev, /*non_blocking=*/true);
+  const c10::impl::VirtualGuardImpl guard(dev.type());
+  l.copied.emplace(dev.type());
+  l.copied->record(guard.getStream(dev));
+}
+
+std::optional<std::vector<double>> ProcessGroup::collect_lagged_sum() {
+  Impl::Lagged& l = impl_->lagged;
+  if (!l.pending) return std::nullopt;
+  l.pending = false;
+  if (world_size_ == 1) return std::move(l.values);
+  torch::Tensor out = l.dev;
+  if (l.copied) {
+    l.copied->synchronize();
+    l.copied.reset();
+    out = l.host_out;
+  } else {
+    wait_for(l.ticket);
+  }
+  const double* p = out.data_ptr<double>();
+  std::vector<double> sum(p, p + out.numel());
+  l.host_in = l.dev = l.host_out = torch::Tensor();
+  return sum;
 }
 
 void ProcessGroup::barrier() {

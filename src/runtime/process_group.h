@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,8 +79,16 @@ class ProcessGroup {
   // Every rank's `in` (contiguous, the same numel and dtype everywhere), rank after rank, into
   // `out` (world_size x in.numel(), same dtype and device); waits for it.
   void all_gather(const torch::Tensor& in, const torch::Tensor& out);
-  // Sums a few doubles across ranks (losses, counts, flags).
+  // Sums a few doubles across ranks (losses, counts, flags); waits for the device's queue.
   std::vector<double> sum_over_ranks(std::vector<double> values);
+  // A few doubles summed across ranks one step late, with no wait on the device's queue (the
+  // stop flags of every step): start_lagged_sum enqueues the sum (on a GPU from pinned memory,
+  // then its copy back into pinned memory and an event) and collect_lagged_sum returns the sum
+  // started before, waiting for that collective and copy only, not for the work queued since.
+  // One in flight at most; nullopt when none was started. One rank: the values as given. Every
+  // rank must start and collect the same sums in the same order as its other collectives.
+  void start_lagged_sum(const std::vector<double>& values);
+  std::optional<std::vector<double>> collect_lagged_sum();
   void barrier();
 
   // Bytes this rank has sent in all-reduces, reduces and all-gathers, as the ring algorithms

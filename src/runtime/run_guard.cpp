@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "base/error.h"
@@ -121,13 +122,20 @@ double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool nee
     values[0] = v[0];
     if (with_first) values[1] = v[1];
   }
-  // The stop flags (host values) every step, the losses beside them when read.
-  std::vector<double> sums = {values[0], fired_ ? 1.0 : 0.0};
+  if (world > 1) {
+    // The stop flags every step, one step late: the step before's, summed while this step ran,
+    // so that no step waits on the device's queue for them. Every rank reads the same sums: all
+    // stop after the same step.
+    if (const std::optional<std::vector<double>> before = run_.pg->collect_lagged_sum())
+      other_rank_stops_ = (*before)[0] > 0;
+    run_.pg->start_lagged_sum({fired_ ? 1.0 : 0.0});
+  }
+  if (!read) return NAN;
+  // The losses when read.
+  std::vector<double> sums = {values[0]};
   if (with_first) sums.push_back(values[1]);
   if (world > 1) sums = run_.pg->sum_over_ranks(sums);
-  other_rank_stops_ = sums[1] > 0;
-  if (with_first) first_loss_ = sums[2] / world, first_loss_sum_ = torch::Tensor();
-  if (!read) return NAN;
+  if (with_first) first_loss_ = sums[1] / world, first_loss_sum_ = torch::Tensor();
   const double loss = sums[0] / world;  // each micro-batch's loss is already over grad_accum
   // The settings a divergence usually comes from, with their values: one of them may be off.
   if (!std::isfinite(loss))
@@ -181,7 +189,8 @@ void RunGuard::stop_mid_step(int64_t step, const LoaderState& before, TrainSumma
 bool RunGuard::checkpoint_or_stop(int64_t step, bool due, bool& switch_due, TrainSummary& sum) {
   const TrainConfig& tc = run_.cfg.train;
   // A signal stops the run after the step whose loss read saw it; one that came later stops the
-  // next step. With ranks, one rank's signal stops all, at the same step.
+  // next step. With ranks, one rank's signal stops all after the step that follows the one that
+  // saw it (the flags are summed one step late), at the same step.
   int stop = fired_;
   if (run_.pg->world_size() > 1) stop = other_rank_stops_ ? (stop ? stop : SIGTERM) : 0;
   if (run_.can_checkpoint() && (stop || due)) {

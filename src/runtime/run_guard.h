@@ -67,7 +67,8 @@ class RunGuard {
   // over grad_accum), when this step reads it (`needed`: a logged or checkpointed step, the
   // same on every rank; one rank also reads it at a signal), else NaN: on a GPU no other step
   // waits for its compute to read a value. With several ranks the stop flags travel every step
-  // in one small all-reduce of host values, the loss with them when read. The first step's loss
+  // in one small all-reduce read a step late (ProcessGroup::start_lagged_sum), which waits for
+  // the step before, never for this one's queue; the loss is summed when read. The first step's loss
   // stays on the device until the first read, which takes both (first_loss()). A non-finite
   // loss stops the run.
   double read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed);
@@ -97,7 +98,7 @@ class RunGuard {
   // SIGINT / SIGTERM: finish the step, checkpoint, stop (a second signal ends the process at once).
   StopScope stops_{StopScope::Mode::kPoll};
   int fired_ = 0;           // the signal this step's loss read saw
-  bool other_rank_stops_ = false;  // a rank's signal, from the all-reduce
+  bool other_rank_stops_ = false;  // a rank's signal the step before, from the lagged all-reduce
   torch::Tensor first_loss_sum_;    // the first step's loss sum, until a read takes it
   std::optional<double> first_loss_;
 };
