@@ -133,15 +133,24 @@ TEST(Planner, ShapesBeyondAnyMachineAreRefused) {
   EXPECT_NE(test::error_of([&] { block_shapes(longer); }).find("max_seq_len"), std::string::npos);
 }
 
+// Llama-2-7B, checkpointed, trained by BCD on a 24 GiB card with 6 GiB pinned, 64 GiB of host
+// memory and an NVMe drive, without weight streaming: streamed layers would make room for what
+// the tests below add to the compute tier.
+struct Unstreamed7b {
+  ModelConfig m = llama2_7b();
+  BcdConfig b;
+  MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
+  Unstreamed7b() {
+    m.activation_checkpointing = true;
+    b.enabled = true;
+    mem.stream_weights = StreamWeights::kOff;
+  }
+};
+
 // The rotary tables (2 x max_seq_len x head_dim, working dtype) are in the compute tier: a long
 // max_seq_len once passed the plan and then allocated hundreds of GB.
 TEST(Planner, RotaryTablesAreCountedOnCompute) {
-  ModelConfig m = llama2_7b();
-  m.activation_checkpointing = true;
-  BcdConfig b;
-  b.enabled = true;
-  MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
-  mem.stream_weights = StreamWeights::kOff;  // streaming layers would make room for the tables
+  auto [m, b, mem] = Unstreamed7b();
   const MemoryPlan a = plan_memory(m, b, bf16_train(1, 2048), mem);
   m.max_seq_len = 4096 + (int64_t{1} << 24);
   const MemoryPlan longer = plan_memory(m, b, bf16_train(1, 2048), mem);
@@ -156,18 +165,15 @@ TEST(Planner, RotaryTablesAreCountedOnCompute) {
 // T x T scores: at 8k context the scores alone would be 16 GiB for one layer of a 7B model, and
 // counting them refused a run that fits a 24 GiB card.
 TEST(Planner, FusedAttentionCountsNoScoreMatrix) {
-  ModelConfig m = llama2_7b();
+  auto [m, b, mem] = Unstreamed7b();
   m.max_seq_len = 8192;
   const TrainConfig t = bf16_train(1, 8192);
   UnitShape top;
   top.first_layer = static_cast<int>(m.n_layers) - 1;  // one layer with autograd
+  m.activation_checkpointing = false;  // the estimates: every activation kept
   const uint64_t scores = estimate_activation_bytes(m, t, top, false) - estimate_activation_bytes(m, t, top, true);
   EXPECT_EQ(scores, uint64_t{8192} * ((2 * 2 + 4) * 32 * 8192 - 4 * 32));  // per token: scores, probs, cast; vs one fp32 LSE per head
   m.activation_checkpointing = true;
-  BcdConfig b;
-  b.enabled = true;
-  MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
-  mem.stream_weights = StreamWeights::kOff;  // streaming layers would make room for the scores
   const MemoryPlan fused = plan_memory(m, b, t, mem, 1, /*fused_attention=*/true);
   const MemoryPlan materialised = plan_memory(m, b, t, mem, 1, /*fused_attention=*/false);
   EXPECT_TRUE(fused.fits) << fused.why_not;
@@ -179,12 +185,7 @@ TEST(Planner, FusedAttentionCountsNoScoreMatrix) {
 // cuBLAS workspaces, NCCL buffers with several ranks) in the compute tier and says so: a plan
 // that fits the allocator's cap but not the device is refused, naming that share.
 TEST(Planner, TheCudaRuntimesOwnMemoryIsCountedOnCompute) {
-  ModelConfig m = llama2_7b();
-  m.activation_checkpointing = true;
-  BcdConfig b;
-  b.enabled = true;
-  MemoryConfig mem = budgets(24 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
-  mem.stream_weights = StreamWeights::kOff;
+  auto [m, b, mem] = Unstreamed7b();
   const TrainConfig t = bf16_train(1, 2048);
   const MemoryPlan cpu = plan_memory(m, b, t, mem, 1, true);
   const CudaReserve one = cuda_runtime_reserve(1), two = cuda_runtime_reserve(2);
