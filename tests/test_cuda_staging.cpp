@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "memory/compute_copy.h"
+#include "memory/slab_pool.h"
 #include "memory/stager.h"
 #include "runtime/cuda_torch.h"
 #include "runtime/trainer.h"
@@ -140,6 +141,26 @@ TEST(CudaCopier, AFenceOnACopyIsTimedOnTheComputeStream) {
   CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_GE(s.wait_seconds(), 0.0);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// The slab pool on a GPU machine: anonymous memory registered with CUDA (cudaHostRegister), never
+// the driver's cudaHostAlloc mapping, and the NVMe tier's reads land in it.
+TEST(CudaStaging, TheSlabPoolIsRegisteredAnonymousMemory) {
+  SKIP_WITHOUT_DEVICE();
+  MemoryAccounting a;
+  SlabPool p(2, 8 * kMiB, &a, /*page_lock=*/true);
+  ASSERT_TRUE(p.page_locked()) << p.lock_error();
+  EXPECT_EQ(test::mapping_of(p.base()), "") << "the slabs are a driver's mapping";
+  cudaPointerAttributes attr{};
+  CUDA_CHECK(cudaPointerGetAttributes(&attr, p.base()));
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost) << "registered with CUDA";
+  test::StagerFixture f(3, Tier::kNvme, 1);
+  f.opts.compute_on_cuda = true;
+  Stager st(f.units, f.opts, &f.acct);
+  std::vector<char> want = pattern(f.units[1].bytes(), 5), got(want.size());
+  st.put(1, want.data());
+  ASSERT_TRUE(st.get(1, got.data()));  // through a slab: the store's read (O_DIRECT where the directory allows)
+  EXPECT_TRUE(got == want);
 }
 
 // The stager with its compute image in device memory: every image that comes back is the one

@@ -70,6 +70,26 @@ TEST(SlabPool, FixedSlabsAlignedAndCharged) {
   EXPECT_EQ(p.acquire(), got[1]);
 }
 
+// The pool is anonymous memory (DESIGN.md §7: never a driver's mapping, which has failed
+// O_DIRECT), untouched until a slab is used; large AlignedBuffers (host homes) likewise read as
+// zero without taking memory until written.
+TEST(SlabPool, SlabsAreAnonymousMemoryTouchedOnlyWhenUsed) {
+  MemoryAccounting a;
+  SlabPool p(2, 8 * kMiB, &a, /*page_lock=*/false);
+  EXPECT_EQ(test::mapping_of(p.base()), "");
+  EXPECT_EQ(test::resident_pages(p.base(), p.bytes()), 0u) << "the pool was touched at start";
+  std::memset(p.slab(1), 7, 4096);
+  EXPECT_EQ(test::resident_pages(p.base(), p.bytes()), 1u);
+  AlignedBuffer home(64 * kMiB + 1);
+  EXPECT_EQ(home.size(), 64 * kMiB + 4096);
+  EXPECT_EQ(test::resident_pages(home.data(), home.size()), 0u) << "a home was zero-filled at start";
+  EXPECT_EQ(home.data()[12345], 0);
+  EXPECT_EQ(home.data()[home.size() - 1], 0);
+  AlignedBuffer small(100);  // below the mapping threshold: heap memory, zeroed
+  EXPECT_EQ(small.size(), 4096u);
+  EXPECT_EQ(small.data()[99], 0);
+}
+
 // ---- Compute copies (CPU: a worker thread) ----
 
 // copy_out then copy_in over the same compute memory: the image leaves before the next arrives,

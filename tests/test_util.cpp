@@ -1,6 +1,7 @@
 // Test helpers: temporary directories and subprocess runs of the bcdtrain binary.
 #include "test_util.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -152,6 +154,32 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string mapping_of(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  while (std::getline(maps, line)) {
+    // "lo-hi perms offset dev inode   path"
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2 || at < lo || at >= hi) continue;
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode;
+    std::getline(fields >> std::ws, path);
+    return path;
+  }
+  return "?";
+}
+
+uint64_t resident_pages(const void* p, uint64_t bytes) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((bytes + page - 1) / page);
+  if (::mincore(const_cast<void*>(p), bytes, vec.data()) != 0) throw std::runtime_error("mincore failed");
+  uint64_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return n;
 }
 
 void write_text(const std::string& path, const std::string& text) {

@@ -61,6 +61,12 @@ std::vector<nlohmann::json> read_metrics(const std::string& path);
 // one prepared by this bcdtrain binary into BUILD/test-cache (prepared there on first use).
 RunResult prepare_fortunes(const std::string& out);
 
+// The memory mapping that holds `p` in /proc/self/maps: its path ("" for anonymous memory, e.g.
+// "/dev/nvidia0" for a driver's mapping); "?" when no mapping holds it.
+std::string mapping_of(const void* p);
+// Pages of [p, p + bytes) resident in memory (mincore); p page-aligned.
+uint64_t resident_pages(const void* p, uint64_t bytes);
+
 // Path of a source-tree file, e.g. source_path("configs/tiny.toml").
 std::string source_path(const std::string& rel);
 

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -22,16 +23,31 @@ namespace bcd {
 
 AlignedBuffer::AlignedBuffer(size_t bytes) : size_(align_up(bytes)) {
   if (size_ == 0) return;
+  if (size_ >= kMappedFrom) {
+    // Fresh anonymous pages read as zero and take memory only when first written: a 7B run's
+    // host homes (~72 GB) cost nothing until a unit is first written back.
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = static_cast<char*>(p);
+    return;
+  }
   data_ = static_cast<char*>(std::aligned_alloc(kIoAlign, size_));
   if (!data_) throw std::bad_alloc();
   std::memset(data_, 0, size_);
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+void AlignedBuffer::release() {
+  if (!data_) return;
+  if (size_ >= kMappedFrom) ::munmap(data_, size_);
+  else std::free(data_);
+  data_ = nullptr, size_ = 0;
+}
+
+AlignedBuffer::~AlignedBuffer() { release(); }
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   if (this != &o) {
-    std::free(data_);
+    release();
     data_ = o.data_, size_ = o.size_;
     o.data_ = nullptr, o.size_ = 0;
   }

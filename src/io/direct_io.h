@@ -18,7 +18,9 @@ inline uint64_t align_up(uint64_t n, uint64_t a = kIoAlign) { return (n + a - 1)
 inline bool is_aligned(uint64_t n, uint64_t a = kIoAlign) { return n % a == 0; }
 inline bool is_aligned(const void* p, uint64_t a = kIoAlign) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
-// Heap memory aligned to kIoAlign, zero-filled, size rounded up to a multiple of kIoAlign.
+// Memory aligned to kIoAlign that reads as zero, size rounded up to a multiple of kIoAlign.
+// From kMappedFrom bytes on it is an anonymous mapping whose pages are touched (and take memory)
+// only when first written: allocating a large buffer costs no time and commits nothing.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
@@ -32,8 +34,10 @@ class AlignedBuffer {
   char* data() { return data_; }
   const char* data() const { return data_; }
   size_t size() const { return size_; }  // the rounded-up size
+  static constexpr size_t kMappedFrom = size_t{1} << 20;
 
  private:
+  void release();
   char* data_ = nullptr;
   size_t size_ = 0;
 };

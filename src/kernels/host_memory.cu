@@ -1,4 +1,4 @@
-// cudaHostAlloc / cudaFreeHost for the pinned slab pool.
+// Device facts and cudaHostRegister for the pinned slab pool and streamed weights.
 #include "kernels/host_memory.h"
 
 #include <cuda_runtime_api.h>
@@ -12,20 +12,6 @@ bool cuda_device_usable() {
     return false;
   }
   return true;
-}
-
-void* cuda_pinned_alloc(size_t bytes) {
-  if (!cuda_device_usable()) return nullptr;
-  void* p = nullptr;
-  if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return p;
-}
-
-void cuda_pinned_free(void* p) {
-  if (p) cudaFreeHost(p);
 }
 
 std::string cuda_host_register(void* p, size_t bytes) {

@@ -1,6 +1,6 @@
-// CUDA runtime facts (is a device usable, how much memory) and page-locked host memory for the
-// staging slab pool (DESIGN.md §2). Includable from plain C++; implemented in host_memory.cu on
-// CUDA builds only.
+// CUDA runtime facts (is a device usable, how much memory) and page-locking of host memory for
+// the staging slab pool and streamed weights (DESIGN.md §2). Includable from plain C++;
+// implemented in host_memory.cu on CUDA builds only.
 #pragma once
 
 #include <cstddef>
@@ -11,13 +11,9 @@ namespace bcd {
 // A CUDA device is present and the runtime answers (cudaGetDeviceCount).
 bool cuda_device_usable();
 
-// cudaHostAlloc(portable) of `bytes`; nullptr when no CUDA device is usable or the call fails
-// (the caller then falls back to ordinary aligned memory).
-void* cuda_pinned_alloc(size_t bytes);
-void cuda_pinned_free(void* p);
-
-// cudaHostRegister(portable) of memory the caller mapped (a shared-memory segment), so copies
-// from it run at pinned speed. "" when registered, else why not (no usable device, or CUDA's
+// cudaHostRegister(portable) of memory the caller mapped (anonymous or a shared-memory segment),
+// so copies from it run at pinned speed. Memory used for O_DIRECT or io_uring I/O is registered
+// this way, never taken from cudaHostAlloc (DESIGN.md §7). "" when registered, else why not (no usable device, or CUDA's
 // error: the locked-memory limit, a kernel without the support).
 std::string cuda_host_register(void* p, size_t bytes);
 void cuda_host_unregister(void* p);

@@ -1,9 +1,10 @@
 // Pinned staging slabs.
 #include "memory/slab_pool.h"
 
-#include <cstdlib>
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstring>
-#include <new>
 
 #include "io/direct_io.h"
 #include "base/error.h"
@@ -19,27 +20,31 @@ SlabPool::SlabPool(int count, uint64_t slab_bytes, MemoryAccounting* acct, bool 
   const uint64_t total = bytes();
   if (total == 0) return;
   charge_ = Charge(acct, Pool::kPinned, kUseStaging, total);
+  // Anonymous memory, registered with CUDA when asked (never cudaHostAlloc: its mappings belong to
+  // the driver's device file, and O_DIRECT / io_uring I/O into them has failed with EFAULT on some
+  // kernels). Untouched until used on a CPU run; registration pins (touches) it once, here.
+  void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    user_error("memory: cannot allocate the {:.1f} MiB staging pool ({}); lower memory.prefetch_depth or free host "
+               "memory",
+               static_cast<double>(total) / (1 << 20), std::strerror(errno));
+  base_ = static_cast<char*>(p);
 #ifdef BCD_HAVE_CUDA_KERNELS
   if (page_lock) {
-    base_ = static_cast<char*>(cuda_pinned_alloc(total));
-    cuda_ = base_ != nullptr;
+    lock_error_ = cuda_host_register(base_, total);
+    cuda_ = lock_error_.empty();
   }
+#else
+  if (page_lock) lock_error_ = "this build has no CUDA kernels";
 #endif
-  if (!base_) {
-    base_ = static_cast<char*>(std::aligned_alloc(kIoAlign, total));
-    if (!base_) throw std::bad_alloc();
-  }
-  std::memset(base_, 0, total);  // resident from the start: the pool is sized once, up front
 }
 
 SlabPool::~SlabPool() {
+  if (!base_) return;
 #ifdef BCD_HAVE_CUDA_KERNELS
-  if (cuda_) {
-    cuda_pinned_free(base_);
-    return;
-  }
+  if (cuda_) cuda_host_unregister(base_);
 #endif
-  std::free(base_);
+  ::munmap(base_, bytes());
 }
 
 int SlabPool::acquire() {

@@ -58,9 +58,9 @@ Stager::Stager(std::vector<StagedUnit> units, StagerOptions opts, MemoryAccounti
   copier_ = opts_.compute_on_cuda ? make_cuda_copier(opts_.compute_stream) : make_thread_copier();
   // Async copies from pageable memory are synchronous: the overlap would be silently lost.
   if (opts_.compute_on_cuda && pool_->bytes() > 0 && !pool_->page_locked())
-    user_error("memory: the pinned staging pool ({:.1f} MiB) could not be page-locked (cudaHostAlloc failed); "
-               "lower memory.prefetch_depth or free host memory",
-               static_cast<double>(pool_->bytes()) / (1 << 20));
+    user_error("memory: the pinned staging pool ({:.1f} MiB) could not be page-locked ({}); lower "
+               "memory.prefetch_depth, free host memory or raise the locked-memory limit (ulimit -l)",
+               static_cast<double>(pool_->bytes()) / (1 << 20), pool_->lock_error());
 }
 
 Stager::~Stager() {
