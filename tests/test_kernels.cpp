@@ -13,10 +13,68 @@
 
 #include "kernels/adamw.h"
 #include "kernels/copy_ledger.h"
+#include "kernels/random_normal.h"
 #include "base/error.h"
 
 namespace bcd {
 namespace {
+
+// ---- Normal numbers for initialisation (kernels/random_normal.h) ----
+
+// Random123's known-answer vectors for Philox-4x32-10 (kat_vectors): counter, key, output.
+TEST(RandomNormal, PhiloxGivesTheReferenceVectors) {
+  struct Kat {
+    uint32_t ctr[4], key[2], out[4];
+  };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}, {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}, {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (const Kat& k : kats) {
+    uint32_t c[4] = {k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]};
+    detail::philox4x32_10(c, k.key);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(c[i], k.out[i]) << "word " << i << " of counter " << std::hex << k.ctr[0];
+  }
+}
+
+// Element i of a stream is the same whichever slice draws it and whichever body (this CPU's
+// SIMD one, or the scalar one) computes it: the init does not depend on threads or machines.
+TEST(RandomNormal, AnySliceAndEveryBodyGiveTheSameNumbers) {
+  const int64_t n = 5000;
+  std::vector<float> whole(n), scalar(n);
+  fill_normal(whole.data(), n, 0x1234abcd5678ULL, 0, 0.02f);
+  detail::fill_normal_scalar(scalar.data(), n, 0x1234abcd5678ULL, 0, 0.02f);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(whole[i], scalar[i]) << "element " << i;
+  for (int64_t first : {1, 3, 63, 64, 65, 1001}) {
+    std::vector<float> part(777);
+    fill_normal(part.data(), 777, 0x1234abcd5678ULL, static_cast<uint64_t>(first), 0.02f);
+    for (int64_t i = 0; i < 777; ++i) ASSERT_EQ(part[i], whole[first + i]) << "slice from " << first << ", element " << i;
+  }
+  std::vector<float> other(64);
+  fill_normal(other.data(), 64, 0x1234abcd5679ULL, 0, 0.02f);
+  EXPECT_NE(std::memcmp(other.data(), whole.data(), 64 * sizeof(float)), 0) << "another key, the same numbers";
+}
+
+// 2^21 draws: mean, variance, fourth moment and tails of N(0, 1) within a few standard errors.
+TEST(RandomNormal, MomentsAndTailsAreThoseOfANormal) {
+  const int64_t n = int64_t{1} << 21;
+  std::vector<float> z(n);
+  fill_normal(z.data(), n, 7, 0, 1.0f);
+  double m1 = 0, m2 = 0, m4 = 0;
+  int64_t over3 = 0, over4 = 0;
+  for (float x : z) {
+    m1 += x, m2 += static_cast<double>(x) * x, m4 += static_cast<double>(x) * x * x * x;
+    over3 += std::fabs(x) > 3.0f, over4 += std::fabs(x) > 4.0f;
+  }
+  m1 /= n, m2 /= n, m4 /= n;
+  EXPECT_NEAR(m1, 0.0, 5 * std::sqrt(1.0 / n));
+  EXPECT_NEAR(m2, 1.0, 5 * std::sqrt(2.0 / n));
+  EXPECT_NEAR(m4, 3.0, 5 * std::sqrt(96.0 / n));
+  const double p3 = 2.6998e-3, p4 = 6.334e-5;  // P(|Z| > 3), P(|Z| > 4)
+  EXPECT_NEAR(static_cast<double>(over3) / n, p3, 5 * std::sqrt(p3 / n));
+  EXPECT_NEAR(static_cast<double>(over4) / n, p4, 5 * std::sqrt(p4 / n));
+}
 
 const AdamWIsa kIsas[] = {AdamWIsa::kScalar, AdamWIsa::kAvx2, AdamWIsa::kAvx512};
 // 1: tail only; 15/16/17: around one AVX-512 vector (and two AVX2 ones); 1000003: 62 TBB

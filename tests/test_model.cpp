@@ -49,6 +49,37 @@ TEST(Model, BlocksAreEmbedLayersHead) {
   EXPECT_EQ(m.num_params(), 37 * 16 + 2 * layer + 16 + 37 * 16);
 }
 
+// The init is a pure function of the seed: the same weights on 1 thread or 2, and a bf16 model's
+// are the fp32 model's rounded; norms 1, biases 0, the output projections' spread 1/sqrt(2L) of
+// the others'.
+TEST(Model, InitIsTheSameForAnyThreadCountAndDtype) {
+  ModelConfig cfg = tiny_config();
+  cfg.qkv_bias = true;
+  cfg.d_model = 64, cfg.d_ff = 128;  // 4096-element matrices: their spread within 2% of the draw's
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  LlamaModel one(cfg, torch::kFloat32, 5);
+  at::set_num_threads(2);
+  LlamaModel two(cfg, torch::kFloat32, 5);
+  LlamaModel half(cfg, torch::kBFloat16, 5);
+  at::set_num_threads(threads);
+  LlamaModel other(cfg, torch::kFloat32, 6);
+  for (int i = 0; i < one.n_blocks(); ++i) {
+    EXPECT_TRUE(torch::equal(one.block(i).data(), two.block(i).data())) << one.block(i).name();
+    EXPECT_TRUE(torch::equal(one.block(i).data().to(torch::kBFloat16), half.block(i).data())) << one.block(i).name();
+    EXPECT_FALSE(torch::equal(one.block(i).data(), other.block(i).data()))
+        << one.block(i).name() << ": another seed, the same weights";
+  }
+  const Block& l0 = one.block(1);
+  EXPECT_TRUE(torch::equal(l0.param("attn_norm"), torch::ones_like(l0.param("attn_norm"))));
+  EXPECT_TRUE(torch::equal(l0.param("bq"), torch::zeros_like(l0.param("bq"))));
+  const double sd = l0.param("wq").std().item<double>(), sd_out = l0.param("wo").std().item<double>();
+  EXPECT_NEAR(sd, cfg.init_std, 0.05 * cfg.init_std);
+  EXPECT_NEAR(sd_out, cfg.init_std / std::sqrt(2.0 * cfg.n_layers), 0.05 * cfg.init_std);
+  EXPECT_FALSE(torch::equal(l0.param("wq").flatten().narrow(0, 0, 64), l0.param("wk").flatten().narrow(0, 0, 64)))
+      << "two matrices of one block drew the same numbers";
+}
+
 TEST(Model, CausalityFutureTokenNeverChangesPastLogits) {
   for (bool ckpt : {false, true}) {
     ModelConfig cfg = tiny_config();

@@ -3,7 +3,7 @@
 
 #include <torch/version.h>
 
-#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/model_shape.h"
+#include "kernels/random_normal.h"
 #include "model/fused_loss.h"
 #include "model/matmul.h"
 #include "model/rope.h"
@@ -246,26 +247,75 @@ void BlockAccess::commit() {
   w_->close_block(block_, true);
 }
 
+namespace {
+
+// splitmix64's finaliser (Steele, Lea & Flood 2014): neighbouring inputs give unrelated outputs.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Elements one task draws: 4 MiB of fp32, so a layer's matrices spread over every thread.
+constexpr int64_t kDrawChunk = int64_t{1} << 20;
+
+}  // namespace
+
+// Each matrix is a counter-based stream of normals keyed by (seed, block, slot)
+// (kernels/random_normal.h), drawn in parallel slices: the weights are a pure function of the
+// seed, whatever the device, the dtype (drawn in fp32, then cast) or the number of threads. The
+// draw is on the CPU, into the working buffer where that is CPU fp32, else into a transient fp32
+// buffer copied over once per parameter.
 void LlamaModel::init_weights(uint64_t seed) {
   torch::NoGradGuard ng;
-  at::Generator gen = at::detail::createCPUGenerator(seed);
   const double out_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
-  for (Block& b : blocks_) {
-    BlockAccess access(*this, static_cast<int>(&b - blocks_.data()));
-    b.data().zero_();
+  struct Draw {
+    float* out;
+    int64_t n;
+    uint64_t key;
+    float sd;
+  };
+  for (size_t bi = 0; bi < blocks_.size(); ++bi) {
+    Block& b = blocks_[bi];
+    BlockAccess access(*this, static_cast<int>(bi));
+    const torch::Tensor& data = b.data();
+    const bool direct = data.device().is_cpu() && data.scalar_type() == torch::kFloat32;
+    std::vector<Draw> draws;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (parameter, its fp32 draw)
+    int64_t covered = 0;  // the block's elements up to the end of the latest slot
     for (size_t i = 0; i < b.slots().size(); ++i) {
       const ParamSlot& s = b.slots()[i];
       const torch::Tensor& p = b.params()[i];
+      // The layout's padding before this slot (slots are in offset order) reads as zero.
+      BCD_CHECK(s.offset >= covered, "block {}: slot {} is out of offset order", b.name(), s.name);
+      if (s.offset > covered) data.narrow(0, covered, s.offset - covered).zero_();
+      covered = s.offset + s.numel();
       if (s.name.find("norm") != std::string::npos) {
         p.fill_(1.0);
-      } else if (s.shape.size() >= 2) {
-        // Draw on the CPU in fp32 so the init is the same on every device and dtype.
-        double sd = (s.name == "wo" || s.name == "w_down") ? out_std : cfg_.init_std;
-        torch::Tensor r = torch::empty(s.shape, torch::kFloat32);
-        r.normal_(0.0, sd, gen);
-        p.copy_(r);
+        continue;
       }
+      if (s.shape.size() < 2) {
+        p.zero_();
+        continue;
+      }
+      const double sd = (s.name == "wo" || s.name == "w_down") ? out_std : cfg_.init_std;
+      torch::Tensor flat = direct ? data.narrow(0, s.offset, s.numel()) : torch::empty({s.numel()}, torch::kFloat32);
+      if (!direct) copies.emplace_back(p, flat);
+      draws.push_back({flat.data_ptr<float>(), s.numel(), mix64(mix64(mix64(seed) ^ bi) ^ i), static_cast<float>(sd)});
     }
+    if (covered < data.numel()) data.narrow(0, covered, data.numel() - covered).zero_();
+    std::vector<std::pair<size_t, int64_t>> tasks;  // (draw, first element)
+    for (size_t d = 0; d < draws.size(); ++d)
+      for (int64_t at = 0; at < draws[d].n; at += kDrawChunk) tasks.emplace_back(d, at);
+    at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        const Draw& d = draws[tasks[t].first];
+        const int64_t at = tasks[t].second;
+        fill_normal(d.out + at, std::min(kDrawChunk, d.n - at), d.key, static_cast<uint64_t>(at), d.sd);
+      }
+    });
+    for (auto& [p, r] : copies) p.copy_(r.view(p.sizes()));
     access.commit();
   }
 }
