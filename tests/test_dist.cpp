@@ -484,6 +484,49 @@ TEST_F(DataParallel, AKilledRankStopsEveryRankAndTheLauncherNamesIt) {
   for (pid_t p : ranks) EXPECT_NE(kill(p, 0), 0) << "rank pid " << p << " is still there";
 }
 
+// Ranks started by hand (no launcher to stop the others, as under torchrun or srun): a rank
+// killed with -9 mid-run makes the other exit within dist.timeout_s and a few seconds, naming the
+// dead rank; the newest checkpoint stays readable and the run resumes from it exactly.
+TEST_F(DataParallel, ARankKilledWithoutALauncherEndsTheOtherAndTheRunResumesExactly) {
+  const std::string extra = " --train.steps=16 --train.checkpoint_every=2";
+  const std::string full = path("kill9-full"), run = path("kill9");
+  auto f = test::run_bcdtrain("launch --nproc 2 " + train("kill9-full", 4, extra));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  {
+    ScopedEnv env({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(free_port())}});
+    std::vector<test::Background> ranks;
+    ranks.reserve(2);
+    for (int r = 0; r < 2; ++r) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ranks.emplace_back(train("kill9", 4, extra + " --dist.timeout_s=10"), path("kill9-rank" + std::to_string(r) + ".log"));
+    }
+    wait_for_records(run, 5);
+    // Both held still, so the run cannot end between the check and the kill.
+    for (auto& r : ranks) ASSERT_EQ(kill(r.pid, SIGSTOP), 0);
+    const size_t seen = read_metrics(run + "/metrics.jsonl").size();
+    ASSERT_LT(seen, 16u) << "the run ended before the kill";
+    ASSERT_EQ(kill(ranks[1].pid, SIGKILL), 0);
+    ASSERT_EQ(kill(ranks[0].pid, SIGCONT), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int code = ranks[0].wait();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(ranks[1].wait(), 128 + SIGKILL);
+    const std::string log = test::read_text(path("kill9-rank0.log"));
+    EXPECT_NE(code, 0) << log;
+    EXPECT_NE(log.find("rank 1 did not answer: stopped, hung or dead"), std::string::npos) << "names the dead rank: " << log;
+    EXPECT_LT(waited, 10.0 + 15.0) << "dist.timeout_s and a margin: " << log;
+    const auto ckpts = list_checkpoints(run + "/checkpoints");
+    ASSERT_FALSE(ckpts.empty()) << log;
+    EXPECT_GE(CheckpointReader(ckpts.back()).attr_int("/", "step"), 2);
+  }
+  auto r = test::run_bcdtrain("launch --nproc 2 train --quiet --resume " + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto mf = read_metrics(full + "/metrics.jsonl"), mr = read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(mr.size(), 16u);
+  for (size_t i = 0; i < mf.size(); ++i) EXPECT_EQ(mr[i]["loss"].get<double>(), mf[i]["loss"].get<double>()) << i + 1;
+  expect_weights_close(full + "/model.h5", run + "/model.h5", 0.0);
+}
+
 // A rank that hangs (stopped, never answering): the others fail their next collective within
 // dist.timeout_s, naming it as a timeout and naming the rank that did not answer, and the
 // launcher kills the hung one after its grace.

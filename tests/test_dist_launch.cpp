@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -26,6 +27,30 @@ namespace {
 using namespace disttest;
 using test::error_of;
 using cli::parse_launch_args;
+
+// ---- NCCL never blocks the host ----
+
+// TORCH_NCCL_BLOCKING_WAIT (or its old name) makes every wait() on a collective block the host
+// and disables async error handling: no source file may set it (process_group.cpp unsets one a
+// user exported, saying so). The scan covers every way the program sets an environment variable.
+TEST(Nccl, NoSourceSetsABlockingWait) {
+  int scanned = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(test::source_path("src"))) {
+    if (!e.is_regular_file()) continue;
+    const std::string text = test::read_text(e.path().string());
+    ++scanned;
+    size_t at = 0;
+    while ((at = text.find("BLOCKING_WAIT", at)) != std::string::npos) {
+      const size_t line_start = text.rfind('\n', at) + 1;
+      const std::string line = text.substr(line_start, text.find('\n', at) - line_start);
+      EXPECT_EQ(line.find("setenv"), std::string::npos) << e.path() << ": " << line;
+      EXPECT_EQ(line.find("putenv"), std::string::npos) << e.path() << ": " << line;
+      EXPECT_EQ(line.find("=1"), std::string::npos) << e.path() << ": " << line;
+      at += 1;
+    }
+  }
+  EXPECT_GT(scanned, 50) << "the source tree was not found";
+}
 
 // ---- Where ranks come from ----
 

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace bcd {
@@ -17,5 +18,11 @@ std::vector<double> host_read(const torch::Tensor& t);
 double host_read_scalar(const torch::Tensor& t);
 // Reads so far, this process.
 uint64_t host_reads();
+
+// How a read of a device tensor waits for the device's queue before it copies: `wait` (the NCCL
+// process group polls against dist.timeout_s, so a dead peer ends the rank with a message naming
+// it instead of a read that blocks in CUDA for ever), or blocking in the copy when unset
+// (nullptr). Process-wide; the group sets it while it lives.
+void set_device_wait(std::function<void()> wait);
 
 }  // namespace bcd

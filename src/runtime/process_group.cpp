@@ -29,6 +29,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "base/error.h"
+#include "runtime/host_read.h"
 #include "runtime/rank_facts.h"
 
 #ifdef BCD_HAVE_C10D
@@ -40,6 +41,10 @@ namespace bcd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// NCCL's watchdog waits this much longer than dist.timeout_s, so the host's own poll (which names
+// the ranks that did not answer) ends a rank first.
+constexpr std::chrono::seconds kWatchdogMargin{60};
 
 #ifdef BCD_HAVE_C10D
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -164,6 +169,7 @@ ProcessGroup::ProcessGroup(int rank, int world_size, std::unique_ptr<Impl> impl)
     : rank_(rank), world_size_(world_size), impl_(std::move(impl)) {}
 
 ProcessGroup::~ProcessGroup() {
+  if (!impl_->device.is_cpu()) set_device_wait(nullptr);
 #ifdef BCD_HAVE_C10D
   // Left before agree() finished (this rank's setup failed; it has said why): the others learn it
   // now instead of after dist.timeout_s. Rank 0's store goes with it, which they notice too.
@@ -353,17 +359,24 @@ void ProcessGroup::form_group() {
   if (impl_->kind == Backend::kNccl) {
     // Collectives run on NCCL's own streams, which ProcessGroupNCCL orders after the work already
     // queued on the current (compute) stream by an event, and before later work that waits on the
-    // collective. Blocking wait with async error handling: a peer that died or hangs makes wait()
-    // throw after dist.timeout_s instead of hanging this rank for ever.
-    ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
-    ::setenv("NCCL_BLOCKING_WAIT", "1", 0);
-    ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", 0);
-    ::setenv("NCCL_ASYNC_ERROR_HANDLING", "1", 0);
+    // collective: wait() orders the compute stream and returns (never TORCH_NCCL_BLOCKING_WAIT,
+    // which makes every wait block the host and turns async error handling off). The host waits
+    // only where it reads a value, polling against dist.timeout_s (wait_device), and the
+    // watchdog, at the timeout plus a margin, aborts a collective that never ends and tears the
+    // process down (async error handling 3, torch's default: also when the host is elsewhere).
+    for (const char* blocking : {"TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"})
+      if (const char* v = std::getenv(blocking); v && *v && std::string(v) != "0") {
+        fmt::print(stderr, "bcdtrain: rank {}: ignoring {}={}: waits on collectives must not block the host\n",
+                   env.rank, blocking, v);
+        ::unsetenv(blocking);
+      }
+    ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", 0);
     try {
       auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = timeout;
+      opts->timeout = timeout + kWatchdogMargin;
       impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, env.rank, env.world_size, opts);
       impl_->device = impl_->model_device;
+      set_device_wait([this] { wait_device("a read of the step's values (waiting for the collectives before it)"); });
     } catch (const std::exception& e) {
       user_error("rank {}: cannot form the NCCL group of {} ranks: {}", env.rank, env.world_size, one_line(e));
     }
@@ -432,6 +445,14 @@ std::string ProcessGroup::absent_ranks() const {
 
 void ProcessGroup::fail(const std::string& op, const std::exception& e) const {
   const std::string absent = world_size_ > 1 ? absent_ranks() : "";
+#ifdef BCD_HAVE_NCCL
+  // A collective that never ends holds its kernels on the GPU: abort the communicators so the
+  // process can leave (ProcessGroupNCCL would otherwise wait for them as it goes).
+  if (impl_->pg && impl_->kind == Backend::kNccl) try {
+      impl_->pg->abort();
+    } catch (const std::exception&) {
+    }
+#endif
   user_error("rank {} of {}: {} failed (a rank stopped or the [dist] timeout passed){}: {}", rank_, world_size_, op,
              absent.empty() ? "" : "; " + absent, one_line(e));
 }
@@ -520,10 +541,41 @@ void ProcessGroup::all_gather(const torch::Tensor& in, const torch::Tensor& out)
 #endif
 }
 
+namespace {
+// Polls `e` until it has happened (true) or `timeout` has passed (false); never blocks in the
+// device's runtime.
+bool poll_event(const c10::Event& e, std::chrono::milliseconds timeout) {
+  const auto t0 = Clock::now();
+  auto pause = std::chrono::microseconds(20);
+  while (!e.query()) {
+    if (Clock::now() - t0 > timeout) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+  return true;
+}
+}  // namespace
+
+void ProcessGroup::wait_event(const c10::Event& e, const char* op) const {
+  if (!poll_event(e, impl_->timeout))
+    fail(op, std::runtime_error(fmt::format("the device had not finished it after {} s ([dist] timeout_s)",
+                                            impl_->timeout.count() / 1000)));
+}
+
+void ProcessGroup::wait_device(const char* op) const {
+  const torch::Device& dev = impl_->device;
+  if (dev.is_cpu()) return;
+  const c10::impl::VirtualGuardImpl guard(dev.type());
+  c10::Event done(dev.type());
+  done.record(guard.getStream(dev));
+  wait_event(done, op);
+}
+
 std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {
   if (world_size_ == 1 || values.empty()) return values;
   torch::Tensor t = torch::tensor(values, torch::kFloat64).to(impl_->device);
   wait_for(start_all_reduce_sum(t));
+  wait_device("all-reduce");
   t = t.cpu();
   const double* p = t.data_ptr<double>();
   return std::vector<double>(p, p + values.size());
@@ -560,7 +612,7 @@ std::optional<std::vector<double>> ProcessGroup::collect_lagged_sum() {
   if (world_size_ == 1) return std::move(l.values);
   torch::Tensor out = l.dev;
   if (l.copied) {
-    l.copied->synchronize();
+    wait_event(*l.copied, "all-reduce of the stop flags");  // that copy only, not the work queued since
     l.copied.reset();
     out = l.host_out;
   } else {
@@ -576,10 +628,16 @@ void ProcessGroup::barrier() {
   if (world_size_ == 1) return;
 #ifdef BCD_HAVE_C10D
   BCD_CHECK(impl_->pg, "barrier: the ranks have not agreed on the run yet (ProcessGroup::agree)");
+  if (!impl_->device.is_cpu()) {
+    // ProcessGroupNCCL's barrier blocks the host in its wait(), without a bound: a one-element
+    // all-reduce, waited for by polling, is the same meeting.
+    const torch::Tensor one = torch::ones({1}, torch::TensorOptions().dtype(torch::kFloat32).device(impl_->device));
+    wait_for(start_all_reduce_sum(one));
+    wait_device("barrier");
+    return;
+  }
   try {
-    c10d::BarrierOptions opts;
-    if (impl_->device.is_cuda()) opts.device_ids = {impl_->device.index()};
-    impl_->pg->barrier(opts)->wait();
+    impl_->pg->barrier(c10d::BarrierOptions())->wait();
   } catch (const std::exception& e) {
     fail("barrier", e);
   }

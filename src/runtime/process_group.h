@@ -15,6 +15,10 @@
 #include "base/config.h"
 #include "runtime/rank_facts.h"
 
+namespace c10 {
+struct Event;
+}
+
 namespace bcd {
 
 // This process's place in the run, from the environment:
@@ -73,13 +77,16 @@ class ProcessGroup {
   // The same, summed into rank `root`'s tensor only (the others' are left undefined): the piece
   // of a gradient that one rank's optimizer shard owns.
   uint64_t start_reduce_sum(const torch::Tensor& t, int root);
-  // Waits for every collective started up to `ticket`; returns the seconds spent waiting.
-  // UserError naming this rank when a peer is gone or the [dist] timeout passes.
+  // Every collective started up to `ticket` done before the work that follows: on a GPU the
+  // compute stream waits for it and the host returns at once (never NCCL's blocking wait); on the
+  // CPU (Gloo) the host waits. Returns the seconds the host spent. UserError naming this rank when
+  // a peer is gone or the [dist] timeout passes.
   double wait_for(uint64_t ticket);
   // Every rank's `in` (contiguous, the same numel and dtype everywhere), rank after rank, into
   // `out` (world_size x in.numel(), same dtype and device); waits for it.
   void all_gather(const torch::Tensor& in, const torch::Tensor& out);
-  // Sums a few doubles across ranks (losses, counts, flags); waits for the device's queue.
+  // Sums a few doubles across ranks (losses, counts, flags); the host waits for the device's
+  // queue, polling against the [dist] timeout.
   std::vector<double> sum_over_ranks(std::vector<double> values);
   // A few doubles summed across ranks one step late, with no wait on the device's queue (the
   // stop flags of every step): start_lagged_sum enqueues the sum (on a GPU from pinned memory,
@@ -104,6 +111,12 @@ class ProcessGroup {
   // start_all_reduce_sum (root kEveryRank) and start_reduce_sum: one queue of tickets.
   uint64_t start_sum(const torch::Tensor& t, int root);
   [[noreturn]] void fail(const std::string& op, const std::exception& e) const;
+  // The host waits, polling an event, until the device's current stream has run what was queued
+  // (the collectives it waits for included); past the [dist] timeout fail(op): a dead peer ends
+  // this rank with a message naming it, before NCCL's watchdog (timeout + a margin) tears it
+  // down. No-op on the CPU.
+  void wait_device(const char* op) const;
+  void wait_event(const c10::Event& e, const char* op) const;  // the same for one event
   std::string absent_ranks() const;  // after a failed collective: the ranks that did not fail it too
   // agree()'s two sides: rank 0 gathers and judges (returns the verdict, "" when all agree); the
   // others wait for it.
