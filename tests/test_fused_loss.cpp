@@ -89,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, FusedLoss, ::testing::Values(Case{torch::kFloat
 // bf16 working weights on a GPU: the head's weight gradient is a bf16 tensor-core product summed
 // in fp32 (into the block's fp32 sum, or autograd's gradient), within bf16's tolerance of the
 // fp32 reference; so is every other output.
-TEST(FusedLoss, Bf16WeightGradientOnTheGpuIsSummedInFp32) {
+TEST(CudaFusedLoss, Bf16WeightGradientOnTheGpuIsSummedInFp32) {
   if (!torch::cuda::is_available())
     GTEST_SKIP() << "no CUDA device: the head's bf16 weight-gradient product (aten::addmm.dtype) is CUDA's";
   torch::manual_seed(8);
@@ -107,6 +107,25 @@ TEST(FusedLoss, Bf16WeightGradientOnTheGpuIsSummedInFp32) {
     EXPECT_LE(rel_err(gw.cpu(), want.weight), 2e-2);
     EXPECT_LE(rel_err(hc.grad().cpu(), want.hidden), 2e-2);
   }
+}
+
+// bf16 working weights on a GPU: each chunk's logits are the product written in fp32 from its fp32
+// accumulators (aten::mm.dtype), not bf16 logits cast up: the losses match an fp64 reference on
+// the same bf16 inputs to fp32 rounding, where bf16 logits (about 10 in size here, rounded by up
+// to 2^-9 of that) would miss it by far more.
+TEST(CudaFusedLoss, Bf16LogitsOnTheGpuAreFp32Products) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: the fp32-output bf16 product (aten::mm.dtype) is CUDA's";
+  torch::manual_seed(9);
+  const int64_t n = 200, c = 256, v = 500;
+  const torch::Tensor h = torch::randn({n, c}).to(torch::kBFloat16), w = (torch::randn({v, c}) * 0.6).to(torch::kBFloat16);
+  const torch::Tensor y = torch::randint(v, {n}, torch::kInt64);
+  const torch::Tensor ref = chunked_cross_entropy_values(h.to(torch::kFloat64), w.to(torch::kFloat64), y, 64);
+  const torch::Tensor got = chunked_cross_entropy_values(h.cuda(), w.cuda(), y.cuda(), 64).cpu().to(torch::kFloat64);
+  const double err = (got - ref).abs().max().item<double>();
+  EXPECT_LE(err, 1e-4) << "the logits were rounded in bf16";
+  const torch::Tensor lb = torch::mm(h.cuda(), w.cuda().t()).to(torch::kFloat64).cpu();  // bf16 logits
+  const torch::Tensor rounded = torch::logsumexp(lb, 1) - lb.gather(1, y.unsqueeze(1)).squeeze(1);
+  EXPECT_GT((rounded - ref).abs().max().item<double>(), 10 * err) << "the test's logits are too small to tell";
 }
 
 TEST(FusedLoss, AFrozenWeightOrHiddenGetsNoGradient) {

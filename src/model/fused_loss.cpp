@@ -21,11 +21,14 @@ torch::ScalarType accumulation_type(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
 }
 
-// One chunk's logits in fp32: the working-dtype matmul (as the unfused head computes it), then
-// the cast the loss applies. The working-dtype logits are released at once.
+// One chunk's logits in the accumulation type. A GPU's reduced-precision product writes them in
+// fp32 straight from its fp32 accumulators (aten::mm.dtype): no working-dtype logits rounded and
+// then cast. The CPU has no such product in LibTorch: the working-dtype matmul (as the unfused
+// head computes it), then the cast the loss applies; those logits are released at once.
 torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight) {
+  const torch::ScalarType acc = accumulation_type(weight);
+  if (h.is_cuda() && weight.scalar_type() != acc && acc == torch::kFloat32) return at::mm(h, weight.t(), acc);
   torch::Tensor logits = gemm_mm(h, weight.t());
-  const torch::ScalarType acc = accumulation_type(logits);
   return logits.scalar_type() == acc ? logits : logits.to(acc);
 }
 
