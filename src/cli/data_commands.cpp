@@ -69,7 +69,7 @@ Command add_prepare(CLI::App& app) {
                static_cast<double>(r.n_tokens_train + r.n_tokens_val) / std::max(r.tokenize_seconds, 1e-9));
     return 0;
   };
-  return {prepare, run, false};
+  return {prepare, run, false, {}};
 }
 
 Command add_iobench(CLI::App& app) {
@@ -104,7 +104,7 @@ Command add_iobench(CLI::App& app) {
     iopt.direct = !f->buffered;
     return run_iobench(iopt);
   };
-  return {iobench, run, false};
+  return {iobench, run, false, {}};
 }
 
 }  // namespace bcd::cli

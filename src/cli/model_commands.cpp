@@ -158,7 +158,7 @@ Command add_generate(CLI::App& app) {
     }
     return 0;
   };
-  return {generate, run, false};
+  return {generate, run, false, {}};
 }
 
 Command add_eval(CLI::App& app) {
@@ -205,7 +205,7 @@ Command add_eval(CLI::App& app) {
                std::exp(loss), ds.unigram_val_loss());
     return 0;
   };
-  return {eval, run, false};
+  return {eval, run, false, {}};
 }
 
 Command add_import(CLI::App& app) {
@@ -241,7 +241,7 @@ Command add_import(CLI::App& app) {
     }
     return 0;
   };
-  return {import_cmd, run, false};
+  return {import_cmd, run, false, {}};
 }
 
 Command add_export(CLI::App& app) {
@@ -276,7 +276,7 @@ Command add_export(CLI::App& app) {
                  printable_line(xopt.checkpoint), printable_line(xopt.out_dir));
     return 0;
   };
-  return {export_cmd, run, false};
+  return {export_cmd, run, false, {}};
 }
 
 }  // namespace bcd::cli

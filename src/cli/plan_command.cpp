@@ -46,7 +46,7 @@ Command add_plan(CLI::App& app) {
     if (!rp.plan.fits) user_error("plan does not fit: {}", rp.plan.why_not);
     return 0;
   };
-  return {plan, run, true};
+  return {plan, run, true, {}};
 }
 
 }  // namespace bcd::cli

@@ -138,7 +138,7 @@ Command add_tokenize(CLI::App& app) {
     std::fflush(stdout);
     return 0;
   };
-  return {sub, run, false};
+  return {sub, run, false, {}};
 }
 
 }  // namespace bcd::cli

@@ -107,7 +107,7 @@ Command add_train(CLI::App& app) {
     if (f->config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");
     return exit_code(run_training(load_config(f->config_file, overrides), f->quiet, "", f->overwrite));
   };
-  return {train, run, true};
+  return {train, run, true, {}};
 }
 
 Command add_config(CLI::App& app) {
@@ -128,7 +128,7 @@ Command add_config(CLI::App& app) {
     }
     return 0;
   };
-  return {config, run, true};
+  return {config, run, true, {}};
 }
 
 }  // namespace bcd::cli
