@@ -4,8 +4,12 @@
 // -ffp-contract=off and -fno-math-errno (CMakeLists.txt) so every body rounds alike.
 #include "kernels/random_normal.h"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -221,6 +225,20 @@ void fill_normal(float* out, int64_t n, uint64_t key, uint64_t first, float sd) 
     }
     at = batch * kBatch + hi;
   }
+}
+
+void fill_normals(const std::vector<NormalDraw>& draws) {
+  constexpr int64_t kSlice = int64_t{1} << 20;  // 4 MiB of fp32: a layer's matrices spread over every core
+  std::vector<std::pair<size_t, int64_t>> slices;  // (draw, first number)
+  for (size_t d = 0; d < draws.size(); ++d)
+    for (int64_t at = 0; at < draws[d].n; at += kSlice) slices.emplace_back(d, at);
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, slices.size()), [&](const tbb::blocked_range<size_t>& r) {
+    for (size_t i = r.begin(); i < r.end(); ++i) {
+      const NormalDraw& d = draws[slices[i].first];
+      const int64_t at = slices[i].second;
+      fill_normal(d.out + at, std::min(kSlice, d.n - at), d.key, static_cast<uint64_t>(at), d.sd);
+    }
+  });
 }
 
 }  // namespace bcd

@@ -8,12 +8,24 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace bcd {
 
 // out[j] = sd * N(0, 1) number `first + j` of stream `key`, for j in [0, n). Runs on the
 // calling thread (callers spread slices over threads: the result is the same).
 void fill_normal(float* out, int64_t n, uint64_t key, uint64_t first, float sd);
+
+// One whole stream to draw: out[0, n) = sd * numbers 0 .. n - 1 of stream `key`.
+struct NormalDraw {
+  float* out;
+  int64_t n;
+  uint64_t key;
+  float sd;
+};
+// Every draw, in slices of 1M numbers spread over TBB's threads (the result does not depend on
+// how they are spread).
+void fill_normals(const std::vector<NormalDraw>& draws);
 
 namespace detail {
 // For tests: Philox-4x32-10 of one counter (ctr: 4 words, replaced by the output), and

@@ -3,7 +3,6 @@
 
 #include <torch/version.h>
 
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
@@ -257,31 +256,26 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Elements one task draws: 4 MiB of fp32, so a layer's matrices spread over every thread.
-constexpr int64_t kDrawChunk = int64_t{1} << 20;
-
 }  // namespace
 
 // Each matrix is a counter-based stream of normals keyed by (seed, block, slot)
-// (kernels/random_normal.h), drawn in parallel slices: the weights are a pure function of the
+// (kernels/random_normal.h), drawn in parallel slices on TBB's threads (at::parallel_for runs
+// serially in code built without -fopenmp, as ours is): the weights are a pure function of the
 // seed, whatever the device, the dtype (drawn in fp32, then cast) or the number of threads. The
-// draw is on the CPU, into the working buffer where that is CPU fp32, else into a transient fp32
-// buffer copied over once per parameter.
+// draw is on the CPU, into the working buffer where that is CPU fp32, else into an fp32 scratch
+// buffer (reused block after block) copied over once per parameter.
 void LlamaModel::init_weights(uint64_t seed) {
   torch::NoGradGuard ng;
   const double out_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
-  struct Draw {
-    float* out;
-    int64_t n;
-    uint64_t key;
-    float sd;
-  };
+  torch::Tensor scratch;  // fp32 draws bound for other dtypes or devices: one buffer, faulted in once
   for (size_t bi = 0; bi < blocks_.size(); ++bi) {
     Block& b = blocks_[bi];
     BlockAccess access(*this, static_cast<int>(bi));
     const torch::Tensor& data = b.data();
     const bool direct = data.device().is_cpu() && data.scalar_type() == torch::kFloat32;
-    std::vector<Draw> draws;
+    if (!direct && (!scratch.defined() || scratch.numel() < data.numel()))
+      scratch = torch::empty({data.numel()}, torch::kFloat32);
+    std::vector<NormalDraw> draws;
     std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (parameter, its fp32 draw)
     int64_t covered = 0;  // the block's elements up to the end of the latest slot
     for (size_t i = 0; i < b.slots().size(); ++i) {
@@ -300,21 +294,12 @@ void LlamaModel::init_weights(uint64_t seed) {
         continue;
       }
       const double sd = (s.name == "wo" || s.name == "w_down") ? out_std : cfg_.init_std;
-      torch::Tensor flat = direct ? data.narrow(0, s.offset, s.numel()) : torch::empty({s.numel()}, torch::kFloat32);
+      torch::Tensor flat = (direct ? data : scratch).narrow(0, s.offset, s.numel());
       if (!direct) copies.emplace_back(p, flat);
       draws.push_back({flat.data_ptr<float>(), s.numel(), mix64(mix64(mix64(seed) ^ bi) ^ i), static_cast<float>(sd)});
     }
     if (covered < data.numel()) data.narrow(0, covered, data.numel() - covered).zero_();
-    std::vector<std::pair<size_t, int64_t>> tasks;  // (draw, first element)
-    for (size_t d = 0; d < draws.size(); ++d)
-      for (int64_t at = 0; at < draws[d].n; at += kDrawChunk) tasks.emplace_back(d, at);
-    at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t) {
-        const Draw& d = draws[tasks[t].first];
-        const int64_t at = tasks[t].second;
-        fill_normal(d.out + at, std::min(kDrawChunk, d.n - at), d.key, static_cast<uint64_t>(at), d.sd);
-      }
-    });
+    fill_normals(draws);
     for (auto& [p, r] : copies) p.copy_(r.view(p.sizes()));
     access.commit();
   }
