@@ -104,7 +104,8 @@ void RunGuard::compute_step(int64_t step, const std::function<void()>& micro_bat
   }
 }
 
-double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed) {
+double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed, const torch::Tensor& grad_norm,
+                           double* grad_norm_value) {
   const TrainConfig& tc = run_.cfg.train;
   const double world = run_.pg->world_size();
   fired_ = stop_signal();  // this step's: a later signal stops the next step
@@ -113,14 +114,19 @@ double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool nee
   // Every rank reads when `needed` (the same on all); one rank alone also at its signal.
   const bool read = needed || (world == 1 && fired_);
   if (!read && world == 1) return NAN;
-  // One read takes this step's loss and, the first time, the first step's.
+  // One read takes this step's loss, the gradient norm when asked and, the first time, the first
+  // step's loss.
   const bool with_first = read && !first_loss_ && first_loss_sum_.defined();
+  const bool with_norm = read && grad_norm.defined() && grad_norm_value;
   std::vector<double> values{0.0, 0.0};
   if (read) {
-    const std::vector<double> v =
-        host_read(with_first ? torch::stack({loss_sum.detach(), first_loss_sum_.to(loss_sum.dtype())}) : loss_sum);
+    std::vector<torch::Tensor> parts{loss_sum.detach().reshape({1}).to(torch::kFloat64)};
+    if (with_norm) parts.push_back(grad_norm.detach().reshape({1}).to(torch::kFloat64));
+    if (with_first) parts.push_back(first_loss_sum_.reshape({1}).to(torch::kFloat64));
+    const std::vector<double> v = host_read(parts.size() == 1 ? parts[0] : torch::cat(parts));
     values[0] = v[0];
-    if (with_first) values[1] = v[1];
+    if (with_norm) *grad_norm_value = v[1];
+    if (with_first) values[1] = v.back();
   }
   if (world > 1) {
     // The stop flags every step, one step late: the step before's, summed while this step ran,

@@ -69,9 +69,11 @@ class RunGuard {
   // waits for its compute to read a value. With several ranks the stop flags travel every step
   // in one small all-reduce read a step late (ProcessGroup::start_lagged_sum), which waits for
   // the step before, never for this one's queue; the loss is summed when read. The first step's loss
-  // stays on the device until the first read, which takes both (first_loss()). A non-finite
-  // loss stops the run.
-  double read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed);
+  // stays on the device until the first read, which takes both (first_loss()). `grad_norm`, when
+  // defined, is read in the same read into *grad_norm_value (a logged step's one host read). A
+  // non-finite loss stops the run.
+  double read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed, const torch::Tensor& grad_norm = {},
+                   double* grad_norm_value = nullptr);
   // The first step's loss, once a read has taken it.
   std::optional<double> first_loss() const { return first_loss_; }
   // One rank: a signal that came during the step's micro-batches (true from here) drops the

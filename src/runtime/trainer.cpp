@@ -169,12 +169,12 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     const bool validate = (tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps;
     const bool logs = step % tc.log_every == 0 || step == tc.steps || validate;
     const bool checkpoint = tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || step == tc.steps);
-    // Reading the loss waits for the step's compute: on a GPU only the steps that need it do.
-    s.loss = guard.read_loss(step, loss_sum, logs || checkpoint);
     const torch::Tensor grad_norm = run.ops().clip_gradients();               // clip
+    // Reading the loss (and on a logged step the gradient norm, in the same read) waits for the
+    // step's compute: on a GPU only the steps that need it do, once.
+    s.loss = guard.read_loss(step, loss_sum, logs || checkpoint, logs ? grad_norm : torch::Tensor(), &s.grad_norm);
     run.ops().update(s.lr);                                                    // AdamW
     take_stream_stats(run, s);
-    if (logs) s.grad_norm = host_read_scalar(grad_norm);
     rate.add(seconds_since(t0), s.flops);
     if (const auto first = guard.first_loss()) sum.first_loss = *first;
     if (std::isfinite(s.loss)) sum.final_loss = s.loss;
