@@ -22,12 +22,14 @@ usage: scripts/bench.sh NAME [FLAGS...]
         tokenize      the same, prepare with Llama 3's tokenizer.json vs spm_encode with the demo model
         data-memory   peak RSS of prepare and train on a 100 MiB vs a 2 GiB corpus
         staging       BCD step time with master + moments on NVMe vs in host memory
+        switch        seconds per block switch of a Llama-2-7B layer, bf16 vs fp32, host and NVMe homes
+        startup       seconds from process start to step 1: 8 Llama-2-7B layers on the CPU, bf16 and fp32
         streaming     BCD step time with frozen layers' weights streamed from host memory vs resident
         comm          bytes moved per step, BCD vs data-parallel AdamW (2 ranks)
         dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency
         memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)
         head          fused chunked head + loss vs unfused (V 128256, d 512, 4096 tokens): peak memory, time
-  FLAGS go to the benchmark: io, prepare (and tokenize), data-memory, streaming, peer and finetune-real are scripts/bench_*.sh, whose
+  FLAGS go to the benchmark: io, prepare (and tokenize), data-memory, streaming, peer, finetune-real and startup are scripts/bench_*.sh, whose
   flags (scripts/bench.sh NAME --help) are checked before the build; the others are programs in
   tests/bench (their settings: BENCH_* variables, see each program's opening comment).
 Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing), BCD_JOBS
@@ -51,11 +53,12 @@ case "$name" in
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
   finetune) target=bench_finetune; program=tests/bench_finetune ;;
-  io | prepare | data-memory | streaming | peer | finetune-real) target=bcdtrain; script=scripts/bench_${name//-/_}.sh ;;
+  io | prepare | data-memory | streaming | peer | finetune-real | startup) target=bcdtrain; script=scripts/bench_${name//-/_}.sh ;;
   tokenize)
     target=bcdtrain script=scripts/bench_prepare.sh
     preset=(--tokenizer "${BCD_BENCH_TOKENIZER:-../shared/data/tokenizers/llama3/tokenizer.json}") ;;
   staging) target=bench_staging; program=tests/bench_staging ;;
+  switch) target=bench_switch; program=tests/bench_switch ;;
   memory) target=bench_memory; program=tests/bench_memory ;;
   head) target=bench_head; program=tests/bench_head ;;
   comm | dp) target=bench_dp; program="tests/bench_dp $name" ;;
