@@ -110,6 +110,18 @@ void expect_weights_close(const std::string& a, const std::string& b, double tol
   }
 }
 
+// `run` resumed on 2 ranks from its newest checkpoint to its end: its `steps` losses and final
+// weights bitwise those of the uninterrupted run `full`.
+void expect_resumed_like(const std::string& run, const std::string& full, size_t steps) {
+  auto r = test::run_bcdtrain("launch --nproc 2 train --quiet --resume " + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto mf = read_metrics(full + "/metrics.jsonl"), mr = read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(mr.size(), steps);
+  ASSERT_EQ(mf.size(), steps);
+  for (size_t i = 0; i < steps; ++i) EXPECT_EQ(mr[i]["loss"].get<double>(), mf[i]["loss"].get<double>()) << i + 1;
+  expect_weights_close(full + "/model.h5", run + "/model.h5", 0.0);
+}
+
 // Two 2-rank runs of `steps` steps, the second with `other` on top of `extra`: bitwise the same
 // losses and final weights, and gradient norms within `norm_tol` (relative; 0: bitwise). Their
 // metrics (empty after a failure).
@@ -385,12 +397,8 @@ TEST_F(DataParallel, StoppedRunResumesExactlyAndOnOneRank) {
   }
   // the same checkpoint, twice: on 2 ranks (exact) and on 1 rank with twice the batch (re-sliced)
   fs::copy(run, path("resume-one"), fs::copy_options::recursive);
-  auto r = test::run_bcdtrain("launch --nproc 2 train --quiet --resume " + run);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto mf = read_metrics(full + "/metrics.jsonl"), mr = read_metrics(run + "/metrics.jsonl");
-  ASSERT_EQ(mr.size(), 14u);
-  for (size_t i = 0; i < mf.size(); ++i) EXPECT_EQ(mr[i]["loss"].get<double>(), mf[i]["loss"].get<double>()) << i + 1;
-  expect_weights_close(full + "/model.h5", run + "/model.h5", 0.0);
+  expect_resumed_like(run, full, 14);
+  const auto mf = read_metrics(full + "/metrics.jsonl");
   auto o = test::run_bcdtrain("train --quiet --resume " + path("resume-one") + " --train.batch_size=8");
   ASSERT_EQ(o.exit_code, 0) << o.output;
   // The batch rescaled to the same global batch on another rank count changes nothing: no warning
@@ -519,12 +527,7 @@ TEST_F(DataParallel, ARankKilledWithoutALauncherEndsTheOtherAndTheRunResumesExac
     ASSERT_FALSE(ckpts.empty()) << log;
     EXPECT_GE(CheckpointReader(ckpts.back()).attr_int("/", "step"), 2);
   }
-  auto r = test::run_bcdtrain("launch --nproc 2 train --quiet --resume " + run);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto mf = read_metrics(full + "/metrics.jsonl"), mr = read_metrics(run + "/metrics.jsonl");
-  ASSERT_EQ(mr.size(), 16u);
-  for (size_t i = 0; i < mf.size(); ++i) EXPECT_EQ(mr[i]["loss"].get<double>(), mf[i]["loss"].get<double>()) << i + 1;
-  expect_weights_close(full + "/model.h5", run + "/model.h5", 0.0);
+  expect_resumed_like(run, full, 16);
 }
 
 // A rank that hangs (stopped, never answering): the others fail their next collective within
