@@ -479,14 +479,19 @@ TEST(PlannerCli, SmallGpuIsRefusedNamingCompute) {
   EXPECT_NE(r.output.find("does not fit: compute tier needs"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("memory.compute_bytes is 12.00 GiB"), std::string::npos) << r.output;
   // auto streams the bottom 19 layers to fit 12 GiB (fused attention on CUDA: no scores kept; the
-  // CUDA runtime's own 0.69 GiB counted), but
-  // 2048 tokens a micro-batch do not hide their copies at 25 GB/s and 80 TFLOP/s: refused for
-  // that, with the knobs
+  // CUDA runtime's own 0.69 GiB counted); at 25 GB/s and 80 TFLOP/s their copies hide (the
+  // layers below the active unit are copied once a step for its 8 micro-batches), but not on a
+  // 12 GB/s link, where the embedding's steps (every layer with autograd: two copies a layer a
+  // micro-batch) expose them: refused for that, with the knobs
   r = test::run_bcdtrain(cmd);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("weight stream: 19 of 32 decoder layers streamed"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("does not fit: the weight stream cannot keep up"), std::string::npos) << r.output;
-  r = test::run_bcdtrain(cmd + " --memory.accept_slow_stream=true");
+  EXPECT_NE(r.output.find("keeps up: the copies hide behind compute"), std::string::npos) << r.output;
+  r = test::run_bcdtrain(cmd + " --memory.stream_gbps=12");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("does not fit: the weight stream cannot keep up: with unit 'embed' active"), std::string::npos)
+      << r.output;
+  r = test::run_bcdtrain(cmd + " --memory.stream_gbps=12 --memory.accept_slow_stream=true");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("cannot keep up: exposed copy time is over 10% of compute (memory.accept_slow_stream"),
             std::string::npos)

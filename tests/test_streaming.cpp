@@ -91,6 +91,29 @@ INSTANTIATE_TEST_SUITE_P(
                                            " --memory.nvme_paths='[\"@NVME@\"]'"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// A step's micro-batches run each streamed layer below the active unit while it is on the compute
+// tier: with the head active (every layer below it) a step of 3 micro-batches copies what a step
+// of 1 copies, and with layer.5 active its 5 layers below are copied once, not 3 times. (The
+// losses equal the resident run's bitwise: StreamVariants' TwoLayersAccum.)
+TEST_F(StreamRun, LayersBelowTheActiveUnitAreCopiedOnceAStep) {
+  const std::string args = kModel + " --train.steps=4 --train.val_every=0 --bcd.layers_per_block=1 --bcd.switch_every=2"
+                                    " --bcd.order=fixed --bcd.fixed_order='[\"head\",\"layer.5\"]' --memory.stream_weights=on";
+  auto r1 = train("once-accum1", args + " --train.grad_accum=1");
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  auto r3 = train("once-accum3", args + " --train.grad_accum=3");
+  ASSERT_EQ(r3.exit_code, 0) << r3.output;
+  const auto m1 = read_metrics(run("once-accum1") + "/metrics.jsonl"), m3 = read_metrics(run("once-accum3") + "/metrics.jsonl");
+  ASSERT_EQ(m1.size(), 4u);
+  ASSERT_EQ(m3.size(), 4u);
+  ASSERT_EQ(m1[1]["block"], "head");
+  ASSERT_EQ(m3[3]["block"], "layer.5");
+  const uint64_t head1 = m1[1]["stream_bytes"].get<uint64_t>(), head3 = m3[1]["stream_bytes"].get<uint64_t>();
+  EXPECT_EQ(head3, head1) << "the head's step: every layer once, whatever grad_accum";
+  const uint64_t layer = head1 / 12;  // the 12 layers, each copied once
+  const uint64_t mid1 = m1[3]["stream_bytes"].get<uint64_t>(), mid3 = m3[3]["stream_bytes"].get<uint64_t>();
+  EXPECT_LE(mid3, 3 * mid1 - 2 * 5 * layer) << "layer.5's step: layers 0-4 copied once for 3 micro-batches";
+}
+
 // Layers homed on NVMe, read through pinned staging buffers; a read that fails (EIO) or returns
 // a flipped bit stops the run in that step, before its update, with the layer, the object and the
 // file named: no record of the step, nothing trained on what the read returned.

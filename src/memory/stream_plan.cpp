@@ -79,7 +79,8 @@ StreamPlan stream_layout(const std::vector<BlockShape>& shapes, const std::vecto
 
 // The stream's figures (StreamPlan's second half) at s.gbps and s.tflops. Per micro-batch of
 // B x T tokens, unit u active with first layer f: the forward runs layers 0..L-1 in order, the
-// backward L-1 down to f; a streamed layer outside u is copied for each of its uses.
+// backward L-1 down to f; a streamed layer outside u is copied for each of its uses, except the
+// layers below f, which run a step's micro-batches in one use (runtime/trainer.cpp).
 // One layer's forward, as runtime/flops.cpp counts it: 2 FLOPs per matrix weight per token plus
 // causal attention's scores and weighted sum, 2 * 2 * H * D * (T + 1) / 2 per token; a backward
 // use recomputes the forward and takes the input gradient (the matmuls again, attention's four
@@ -101,9 +102,12 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
     const UnitShape& u = units[i];
     std::vector<bool> own(shapes.size(), false);
     for (const auto& piece : u.pieces) own[piece.block] = true;
-    std::vector<StreamUse> uses;
-    uint64_t bytes = 0;
-    auto use = [&](int layer, double compute_s) {
+    // A step: the layers below the unit (its frozen prefix) run every micro-batch while each is
+    // on the compute tier (one copy a step, accum forwards of compute), then each micro-batch
+    // runs the layers from the unit up, forward, and back down to it.
+    std::vector<StreamUse> prefix, pass;
+    uint64_t prefix_bytes = 0, pass_bytes = 0;
+    auto use = [&](std::vector<StreamUse>& to, uint64_t& bytes, int layer, double compute_s) {
       const int b = layer + 1;
       StreamUse x{compute_s, 0};
       if (s.streamed[b] && !own[b]) {
@@ -113,23 +117,23 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
         const double gbps = s.home[b] == Tier::kNvme ? std::min(s.gbps, s.nvme_gbps) : s.gbps;
         x.copy_s = static_cast<double>(n) / (gbps * 1e9);
       }
-      uses.push_back(x);
+      to.push_back(x);
     };
-    for (int l = 0; l < n_layers; ++l) use(l, fwd_s);
-    for (int l = n_layers - 1; l >= std::max(u.first_layer, 0); --l) use(l, bwd_s);
-    double compute = 0;
-    for (const StreamUse& x : uses) compute += x.compute_s;
-    compute *= accum;
-    // The window prefetches across passes: a step's micro-batches run in the steady state, one
-    // pass's exposed time being the third pass's less the first's over two.
-    const double per_pass =
-        (stream_exposed_seconds(uses, s.depth, 3) - stream_exposed_seconds(uses, s.depth, 1)) / 2;
+    const int below = std::clamp(u.first_layer, 0, n_layers);
+    for (int l = 0; l < below; ++l) use(prefix, prefix_bytes, l, accum * fwd_s);
+    for (int l = below; l < n_layers; ++l) use(pass, pass_bytes, l, fwd_s);
+    for (int l = n_layers - 1; l >= below; --l) use(pass, pass_bytes, l, bwd_s);
+    std::vector<StreamUse> step = prefix;
+    for (int64_t k = 0; k < t.grad_accum; ++k) step.insert(step.end(), pass.begin(), pass.end());
+    double compute = 0, copy = 0;
+    for (const StreamUse& x : step) compute += x.compute_s, copy += x.copy_s;
+    // The window prefetches across steps: in the steady state a step's exposed time is the third
+    // step's less the first's over two.
+    const double per_step = (stream_exposed_seconds(step, s.depth, 3) - stream_exposed_seconds(step, s.depth, 1)) / 2;
     // (rounding of the two sums aside: below a nanosecond per second of compute is none)
-    const double exposed = per_pass > 1e-9 * compute / accum ? accum * per_pass : 0.0;
-    const uint64_t step_bytes = static_cast<uint64_t>(t.grad_accum) * bytes;
-    double copy = 0;
-    for (const StreamUse& x : uses) copy += x.copy_s;
-    s.per_unit.push_back({step_bytes, accum * copy, compute, exposed});
+    const double exposed = per_step > 1e-9 * compute ? per_step : 0.0;
+    const uint64_t step_bytes = prefix_bytes + static_cast<uint64_t>(t.grad_accum) * pass_bytes;
+    s.per_unit.push_back({step_bytes, copy, compute, exposed});
     if (i == 0 || step_bytes > s.bytes_per_step) s.bytes_per_step = step_bytes, s.worst_unit = static_cast<int>(i);
     const double ratio = compute > 0 ? exposed / compute : 0;
     if (ratio > worst_ratio) worst_ratio = ratio, s.slowest_unit = static_cast<int>(i);

@@ -410,6 +410,28 @@ torch::Tensor LlamaModel::frozen_prefix(const torch::Tensor& batch_in, int upto)
   return frozen_blocks(batch_in.narrow(1, 0, batch_in.size(1) - 1), upto);
 }
 
+void LlamaModel::frozen_prefixes(const std::vector<torch::Tensor>& batches, std::vector<torch::Tensor>& below,
+                                 int upto) const {
+  BCD_CHECK(upto >= 1 && upto <= n_blocks() - 1, "frozen_prefixes: upto {} outside [1, {}]", upto, n_blocks() - 1);
+  BCD_CHECK(below.size() == batches.size(), "frozen_prefixes: {} prefixes for {} batches", below.size(), batches.size());
+  torch::NoGradGuard ng;
+  std::vector<size_t> todo;
+  std::vector<torch::Tensor> x;  // (B, T, C) each
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (below[i].defined()) continue;
+    todo.push_back(i);
+    const torch::Tensor& b = batches[i];
+    x.push_back(torch::embedding(embed_weight(), to_compute(b.narrow(1, 0, b.size(1) - 1), opts_.device())));
+  }
+  if (todo.empty()) return;
+  expect_pass(0, upto - 1, /*backward=*/false, 0);
+  for (int i = 0; i < upto - 1; ++i) {
+    const LayerUse use(weights_, i + 1);  // held across the batches: one copy of a streamed layer
+    for (torch::Tensor& xi : x) xi = layer_forward(i, xi);
+  }
+  for (size_t k = 0; k < todo.size(); ++k) below[todo[k]] = std::move(x[k]);
+}
+
 void LlamaModel::expect_pass(int first_layer, int end_layer, bool backward, int grad_from) const {
   if (!weights_) return;
   std::vector<int> order;

@@ -100,6 +100,11 @@ class LlamaModel {
   // active unit's weights, so data-parallel BCD runs the next step's prefix while this step's
   // gradient is on the wire (DESIGN.md §6).
   torch::Tensor frozen_prefix(const torch::Tensor& batch, int upto) const;
+  // The same for several batches (a step's micro-batches), layer by layer: each layer runs every
+  // batch while its weights are on the compute tier, so a streamed layer is copied once for all
+  // of them. below[i] gets batches[i]'s prefix where it is undefined (a defined one is kept);
+  // bitwise what frozen_prefix gives each batch.
+  void frozen_prefixes(const std::vector<torch::Tensor>& batches, std::vector<torch::Tensor>& below, int upto) const;
 
   // One decoder layer: (B, T, C) -> (B, T, C). Public for tests and checkpointed recompute.
   torch::Tensor layer_forward(int layer, const torch::Tensor& x) const;

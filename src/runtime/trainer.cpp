@@ -145,11 +145,26 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     const LoaderState step_start = run.train_loader.state();
     bool dropped = false;  // a signal came during the micro-batches (one rank)
     guard.compute_step(step, [&] {
+      // Streamed frozen layers below the active unit run every micro-batch while each is on the
+      // compute tier: copied once a step, not once a micro-batch (the batches come first).
+      std::vector<Batch> batches;
+      std::vector<torch::Tensor> belows;
+      if (run.streamed && tc.grad_accum > 1 && run.ops().grad_from() >= 2) {
+        std::vector<torch::Tensor> tokens;
+        for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+          belows.emplace_back();
+          batches.push_back(micro == 0 && ahead.pending() ? ahead.take(belows.back()) : run.train_loader.next());
+          tokens.push_back(batches.back().tokens);
+        }
+        run.model.frozen_prefixes(tokens, belows, run.ops().grad_from());
+      }
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
         if ((dropped = guard.signal_mid_step())) break;
         const bool last = micro == tc.grad_accum - 1;
         torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
-        Batch batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();  // (B, T+1)
+        Batch batch;          // (B, T+1)
+        if (!batches.empty()) batch = std::move(batches[micro]), below = std::move(belows[micro]);
+        else batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();
         // forward (no autograd below the active unit), the loss over grad_accum; the head's
         // gradient is computed in it, straight into its block's fp32 sum (model/fused_loss.h)
         torch::Tensor loss = run.model.loss(batch, run.ops().grad_from(), below,
