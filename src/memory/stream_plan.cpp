@@ -123,13 +123,22 @@ void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const st
     for (int l = 0; l < below; ++l) use(prefix, prefix_bytes, l, accum * fwd_s);
     for (int l = below; l < n_layers; ++l) use(pass, pass_bytes, l, fwd_s);
     for (int l = n_layers - 1; l >= below; --l) use(pass, pass_bytes, l, bwd_s);
-    std::vector<StreamUse> step = prefix;
-    for (int64_t k = 0; k < t.grad_accum; ++k) step.insert(step.end(), pass.begin(), pass.end());
     double compute = 0, copy = 0;
-    for (const StreamUse& x : step) compute += x.compute_s, copy += x.copy_s;
+    for (const StreamUse& x : prefix) compute += x.compute_s, copy += x.copy_s;
+    for (const StreamUse& x : pass) compute += accum * x.compute_s, copy += accum * x.copy_s;
     // The window prefetches across steps: in the steady state a step's exposed time is the third
-    // step's less the first's over two.
-    const double per_step = (stream_exposed_seconds(step, s.depth, 3) - stream_exposed_seconds(step, s.depth, 1)) / 2;
+    // step's less the first's over two. The step's uses are modelled for up to kExactPasses
+    // micro-batches (a size that grad_accum does not bound); each one past them adds a pass's
+    // steady-state exposure.
+    constexpr int64_t kExactPasses = 64;
+    const int64_t exact = std::min<int64_t>(t.grad_accum, kExactPasses);
+    std::vector<StreamUse> step = prefix;
+    for (int64_t k = 0; k < exact; ++k) step.insert(step.end(), pass.begin(), pass.end());
+    auto steady = [&](const std::vector<StreamUse>& uses) {
+      return (stream_exposed_seconds(uses, s.depth, 3) - stream_exposed_seconds(uses, s.depth, 1)) / 2;
+    };
+    double per_step = steady(step);
+    if (t.grad_accum > exact) per_step += static_cast<double>(t.grad_accum - exact) * steady(pass);
     // (rounding of the two sums aside: below a nanosecond per second of compute is none)
     const double exposed = per_step > 1e-9 * compute ? per_step : 0.0;
     const uint64_t step_bytes = prefix_bytes + static_cast<uint64_t>(t.grad_accum) * pass_bytes;
