@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <vector>
 
 #include "base/error.h"
 #include "base/files.h"
@@ -279,6 +280,14 @@ void StateFileWriter::attr(const std::string& object, const std::string& name, c
 }
 
 void StateFileWriter::floats(const std::string& dataset, const float* data, uint64_t n) {
+  write_floats(dataset, n, data, nullptr);
+}
+
+void StateFileWriter::floats(const std::string& dataset, uint64_t n, const FloatFill& fill) {
+  write_floats(dataset, n, nullptr, &fill);
+}
+
+void StateFileWriter::write_floats(const std::string& dataset, uint64_t n, const float* data, const FloatFill* fill) {
   BCD_CHECK(!impl_->failed, "{}: written after a failed write", impl_->path);
   group(parent_of(dataset) == "/" ? "" : parent_of(dataset));
   impl_->reserve("dataset " + dataset, n * sizeof(float) + (n / kChunk + 1) * 64);
@@ -295,10 +304,34 @@ void StateFileWriter::floats(const std::string& dataset, const float* data, uint
   const hid_t ds = H5Dcreate2(impl_->file.getId(), dataset.c_str(), H5T_NATIVE_FLOAT, space, H5P_DEFAULT, props,
                               H5P_DEFAULT);
   H5Pclose(props);
-  H5Sclose(space);
-  if (ds < 0) impl_->fail("dataset " + dataset, errno);
-  if (n > 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+  if (ds < 0) {
+    H5Sclose(space);
     impl_->fail("dataset " + dataset, errno);
+  }
+  if (data && n > 0) {
+    if (H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+      H5Sclose(space);
+      impl_->fail("dataset " + dataset, errno);
+    }
+  } else if (fill && n > 0) {
+    // Pieces are whole chunks (kStatePieceElems is a multiple of kChunk): HDF5 writes each chunk
+    // once, never reads one back to complete it.
+    static_assert(kStatePieceElems % kChunk == 0, "a piece is whole chunks");
+    std::vector<float> piece(std::min<uint64_t>(n, kStatePieceElems));
+    for (uint64_t first = 0; first < n; first += piece.size()) {
+      const hsize_t start = first, count = std::min<uint64_t>(piece.size(), n - first);
+      (*fill)(first, piece.data(), count);
+      const hid_t mem = H5Screate_simple(1, &count, nullptr);
+      H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+      const herr_t rc = H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, piece.data());
+      H5Sclose(mem);
+      if (rc < 0) {
+        H5Sclose(space);
+        impl_->fail("dataset " + dataset, errno);
+      }
+    }
+  }
+  H5Sclose(space);
   if (H5Dclose(ds) < 0) impl_->fail("dataset " + dataset, errno);
   impl_->written += n * sizeof(float);
 }
@@ -330,6 +363,15 @@ void StateFileWriter::commit() {
 
 struct StateFileReader::Impl {
   H5::H5File file;
+  // The dataset read by range last, kept open with its chunk cache (closed before the file).
+  std::string range_name;
+  hid_t range_ds = -1;
+  ~Impl() { close_range(); }
+  void close_range() {
+    if (range_ds >= 0) H5Dclose(range_ds);
+    range_ds = -1;
+    range_name.clear();
+  }
 };
 
 StateFileReader::StateFileReader(std::string path, const std::string& noun)
@@ -433,6 +475,39 @@ void StateFileReader::floats(const std::string& dataset, float* out, uint64_t n)
   } catch (const H5::Exception& e) {
     user_error("{}: cannot read {} (checksum or I/O error: {})", path_, dataset, e.getDetailMsg());
   }
+}
+
+void StateFileReader::floats(const std::string& dataset, uint64_t first, float* out, uint64_t count) const {
+  const uint64_t have = length(dataset);
+  if (first > have || count > have - first)
+    user_error("{}: {} has {} elements, read of [{}, {}) past its end", path_, dataset, have, first, first + count);
+  if (count == 0) return;
+  if (impl_->range_name != dataset) {
+    impl_->close_range();
+    // A cache of four chunks: a range that starts or ends inside a chunk leaves it cached for
+    // the next range, so reading consecutive ranges reads (and checksums) each chunk once.
+    const hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    H5Pset_chunk_cache(dapl, 521, 4 * kChunk * sizeof(float), 1.0);
+    impl_->range_ds = H5Dopen2(impl_->file.getId(), dataset.c_str(), dapl);
+    H5Pclose(dapl);
+    if (impl_->range_ds < 0) user_error("{}: cannot open {}", path_, dataset);
+    const hid_t type = H5Dget_type(impl_->range_ds);
+    const bool is_float = H5Tget_class(type) == H5T_FLOAT;
+    H5Tclose(type);
+    if (!is_float) {
+      impl_->close_range();
+      user_error("{}: {} is not float data", path_, dataset);
+    }
+    impl_->range_name = dataset;
+  }
+  const hsize_t start = first, n = count;
+  const hid_t space = H5Dget_space(impl_->range_ds);
+  const hid_t mem = H5Screate_simple(1, &n, nullptr);
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &n, nullptr);
+  const herr_t rc = H5Dread(impl_->range_ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, out);
+  H5Sclose(mem);
+  H5Sclose(space);
+  if (rc < 0) user_error("{}: cannot read {} elements [{}, {}) (checksum or I/O error)", path_, dataset, first, first + count);
 }
 
 }  // namespace bcd

@@ -6,10 +6,18 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 namespace bcd {
+
+// Elements of a dataset written or read by pieces travel in pieces of at most this many (64 MiB
+// of fp32, 16 of the datasets' checksummed chunks): what a streamed write or read holds at once.
+constexpr uint64_t kStatePieceElems = uint64_t{1} << 24;
+
+// Puts elements [first, first + count) of the dataset being written into `out`.
+using FloatFill = std::function<void(uint64_t first, float* out, uint64_t count)>;
 
 class StateFileWriter {
  public:
@@ -25,11 +33,17 @@ class StateFileWriter {
   void attr(const std::string& object, const std::string& name, int64_t value);
   void attr(const std::string& object, const std::string& name, const std::string& value);
   void floats(const std::string& dataset, const float* data, uint64_t n);  // 1-D float32
+  // The same dataset, n elements produced by `fill` in order, a piece of at most
+  // kStatePieceElems at a time (each piece a whole number of chunks but the last): a dataset
+  // larger than memory never is in memory.
+  void floats(const std::string& dataset, uint64_t n, const FloatFill& fill);
 
   // Closes, fsyncs and renames into place, then fsyncs the directory.
   void commit();
 
  private:
+  void write_floats(const std::string& dataset, uint64_t n, const float* data, const FloatFill* fill);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -60,6 +74,10 @@ class StateFileReader {
   // Reads exactly n floats; UserError naming the file and dataset on a length mismatch or a
   // failed checksum.
   void floats(const std::string& dataset, float* out, uint64_t n) const;
+  // Elements [first, first + count) of a 1-D float32 dataset (UserError naming the file and
+  // dataset past its end, or on a failed checksum). Consecutive ranges of one dataset reuse its
+  // open handle and cached chunks, so reading a dataset piece by piece reads each chunk once.
+  void floats(const std::string& dataset, uint64_t first, float* out, uint64_t count) const;
 
  private:
   struct Impl;

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <filesystem>
 #include <regex>
 #include <optional>
@@ -175,11 +177,15 @@ std::string hf_config_json(const ModelConfig& m, const std::string& base_config_
 
 namespace {
 
+// Elements [first, first + count) of a block's flat buffer as fp32, wherever the weights are.
+using BlockRead = std::function<void(int block, uint64_t first, float* out, uint64_t count)>;
+
 // The files of an export into the prepared `out_dir`: the shards, their index and config.json; a
-// previous export's other files are removed last.
-HfExportReport write_hf_files(const LlamaModel& model, const std::string& out_dir, st::Dtype dtype,
-                              uint64_t shard_bytes, const std::string& base_config_json) {
-  const std::vector<HfTensor> tensors = hf_tensor_map(model);
+// previous export's other files are removed last. Tensors travel a piece at a time (read as
+// fp32, converted, written): an export holds a piece, never a tensor or the model.
+HfExportReport write_hf_files(const ModelConfig& mc, const BlockRead& read, const std::string& out_dir,
+                              st::Dtype dtype, uint64_t shard_bytes, const std::string& base_config_json) {
+  const std::vector<HfTensor> tensors = hf_tensor_map(mc);
   const uint64_t es = st::dtype_size(dtype);
 
   // ---- Shard plan: in state_dict order, a new shard when the next tensor would overflow ----
@@ -205,21 +211,36 @@ HfExportReport write_hf_files(const LlamaModel& model, const std::string& out_di
 
   // ---- Files ----
   r.dtype = short_dtype_name(dtype);
-  const std::string config_text = hf_config_json(model.config(), base_config_json, dtype);
+  const std::string config_text = hf_config_json(mc, base_config_json, dtype);
   r.model_type = parse_json(config_text, kJsonConfig, out_dir + "/config.json")["model_type"].get<std::string>();
   std::set<std::string> written = {"config.json"};
   r.files.push_back(out_dir + "/config.json");
   json weight_map = json::object();
   torch::NoGradGuard ng;
+  std::vector<float> piece;
+  std::vector<uint8_t> converted;
   for (size_t i = 0; i < n; ++i) {
     std::vector<st::TensorSpec> specs;
     for (const HfTensor* t : shards[i]) specs.push_back({t->name, dtype, t->shape});
     const std::string path = out_dir + "/" + shard_name(i);
     st::SafetensorsWriter w(path, std::move(specs), {{"format", "pt"}, {"producer", kProducer}});
     for (const HfTensor* t : shards[i]) {
-      check_stop();  // the shard's writer removes its temporary file
-      torch::Tensor d = model.block(t->block).param(t->slot).detach().to(torch::kCPU).to(torch_dtype_of(dtype)).contiguous();
-      w.write_next(d.data_ptr(), d.nbytes());
+      const auto numel = static_cast<uint64_t>(t->numel());
+      piece.resize(std::max<uint64_t>(piece.size(), std::min<uint64_t>(numel, kStatePieceElems)));
+      for (uint64_t first = 0; first < numel; first += piece.size()) {
+        check_stop();  // the shard's writer removes its temporary file
+        const uint64_t count = std::min<uint64_t>(piece.size(), numel - first);
+        read(t->block, static_cast<uint64_t>(t->offset) + first, piece.data(), count);
+        if (dtype == st::Dtype::kF32) {
+          w.write_part(piece.data(), count * sizeof(float));
+          continue;
+        }
+        converted.resize(std::max<uint64_t>(converted.size(), count * es));
+        const auto c = static_cast<int64_t>(count);
+        torch::from_blob(converted.data(), {c}, torch_dtype_of(dtype))
+            .copy_(torch::from_blob(piece.data(), {c}, torch::kFloat32));
+        w.write_part(converted.data(), count * es);
+      }
       weight_map[t->name] = shard_name(i);
     }
     w.commit();
@@ -244,22 +265,39 @@ HfExportReport write_hf_files(const LlamaModel& model, const std::string& out_di
   return r;
 }
 
-}  // namespace
-
-HfExportReport export_hf_model(const LlamaModel& model, const std::string& out_dir, st::Dtype dtype,
-                               uint64_t shard_bytes, const std::string& base_config_json) {
+// The export into out_dir, prepared here. One that fails goes with the directory it created: no
+// empty or half-written OUT stays. (An earlier export's directory is left as the failure found
+// it: its files are ours to replace on the next try, as prepare_out_dir allows.)
+HfExportReport export_into(const ModelConfig& mc, const BlockRead& read, const std::string& out_dir, st::Dtype dtype,
+                           uint64_t shard_bytes, const std::string& base_config_json) {
   BCD_CHECK(hf_float_dtype(dtype), "export dtype {}", st::dtype_name(dtype));
-  // An export that fails goes with the directory it created: no empty or half-written OUT stays.
-  // (An earlier export's directory is left as the failure found it: its files are ours to replace
-  // on the next try, as prepare_out_dir allows.)
   const bool created = prepare_out_dir(out_dir);
   try {
-    return write_hf_files(model, out_dir, dtype, shard_bytes, base_config_json);
+    return write_hf_files(mc, read, out_dir, dtype, shard_bytes, base_config_json);
   } catch (...) {
     std::error_code ec;
     if (created) fs::remove_all(out_dir, ec);
     throw;
   }
+}
+
+}  // namespace
+
+HfExportReport export_hf_model(const LlamaModel& model, const std::string& out_dir, st::Dtype dtype,
+                               uint64_t shard_bytes, const std::string& base_config_json) {
+  // Tensors come block by block: a block stays open (fetched from its tier once) until the next.
+  std::optional<BlockAccess> access;
+  int open = -1;
+  const BlockRead read = [&](int block, uint64_t first, float* out, uint64_t count) {
+    if (block != open) {
+      access.reset();
+      access.emplace(model, block);
+      open = block;
+    }
+    const auto c = static_cast<int64_t>(count);
+    torch::from_blob(out, {c}, torch::kFloat32).copy_(model.block(block).data().narrow(0, static_cast<int64_t>(first), c));
+  };
+  return export_into(model.config(), read, out_dir, dtype, shard_bytes, base_config_json);
 }
 
 HfExportReport export_hf(const HfExportOptions& opt) {
@@ -294,10 +332,12 @@ HfExportReport export_hf(const HfExportOptions& opt) {
   if (tok.empty() && dir.filename() == "checkpoints") tok = find_tokenizer(dir.parent_path().string());
   if (!tok.empty()) check_model_tokenizer(tok, mc.vocab_size, opt.checkpoint);
 
-  LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the weights file
-  load_weights(model, opt.checkpoint);
-
-  HfExportReport r = export_hf_model(model, opt.out_dir, dtype, opt.shard_bytes, base);
+  // Straight from the weights file into the safetensors, a piece at a time: the model is never
+  // built, so an 8B model exports in the memory of a few pieces.
+  const WeightsReader weights(opt.checkpoint, block_shapes(mc));
+  HfExportReport r = export_into(
+      mc, [&](int block, uint64_t first, float* out, uint64_t count) { weights.read(block, first, out, count); },
+      opt.out_dir, dtype, opt.shard_bytes, base);
   if (!tok.empty()) {
     const std::vector<std::string> copied = copy_tokenizer_files(tok, opt.out_dir, /*both_forms=*/true);
     r.tokenizer = copied.front();

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -83,46 +84,57 @@ HfFiles open_hf_files(const std::string& dir) {
   return hf;
 }
 
-// Parameters of the Llama-family model `mc` describes, without building it.
+// One tensor of the model, found in DIR.
 struct Located {
   const HfTensor* want = nullptr;
   const st::SafetensorsFile* file = nullptr;
   const st::TensorInfo* info = nullptr;
 };
 
-// The tensor's bytes converted to fp32, on the CPU.
-torch::Tensor read_fp32(const st::SafetensorsFile& f, const st::TensorInfo& t) {
-  std::vector<uint8_t> buf = f.read(t);
-  // copy = true: an F32 tensor would otherwise come back as a view of `buf`, freed on return
-  return torch::from_blob(buf.data(), t.shape, torch_dtype_of(t.dtype)).to(torch::kFloat32, false, /*copy=*/true);
-}
+// The weights of the model `mc` describes, in DIR's safetensors: every tensor located and
+// checked on construction (before anything is written anywhere), then read a range of a block's
+// flat buffer at a time, converted to fp32. What it holds is the headers and one piece's bytes:
+// never a whole tensor, so importing a model takes memory independent of its size.
+class HfSource {
+ public:
+  HfSource(const ModelConfig& mc, const std::string& dir, const std::string& shape_source);
 
-std::string shape_source(const LlamaModel& model) {
-  return model.config().hf_config.empty() ? "the model config" : model.config().hf_config;
-}
+  // Elements [first, first + count) of block `block`'s flat buffer: its tensors' values, zero in
+  // the padding between them. count <= kStatePieceElems.
+  void fill(int block, uint64_t first, float* out, uint64_t count);
+  uint64_t tensor_bytes() const { return tensor_bytes_; }
+  uint64_t bytes_filled() const { return bytes_filled_; }  // of tensor_bytes(), by fill()
+  HfImportInfo info() const;
 
-}  // namespace
+ private:
+  void check_tied_head(const st::SafetensorsFile& head_file, const st::TensorInfo& head, const Located& emb);
+  // Elements [first, first + count) of the tensor, as fp32.
+  void read_fp32(const st::SafetensorsFile& f, const st::TensorInfo& t, uint64_t first, uint64_t count, float* out);
 
-HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
-  if (!fs::is_directory(dir)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
-  const std::vector<HfTensor> want = hf_tensor_map(model);
+  std::vector<HfTensor> want_;
+  HfFiles hf_;
+  std::vector<std::vector<Located>> by_block_;  // each block's tensors in layout order
+  std::vector<uint8_t> scratch_;                // a piece's bytes as stored
+  uint64_t tensor_bytes_ = 0, bytes_filled_ = 0;
+};
+
+HfSource::HfSource(const ModelConfig& mc, const std::string& dir, const std::string& shape_source)
+    : want_(hf_tensor_map(mc)), hf_(open_hf_files(dir)) {
   std::map<std::string, const HfTensor*> wanted;
-  for (const HfTensor& w : want) wanted[w.name] = &w;
-  const bool tied = model.config().tie_embeddings;
-
-  HfFiles hf = open_hf_files(dir);
+  for (const HfTensor& w : want_) wanted[w.name] = &w;
+  const bool tied = mc.tie_embeddings;
   const std::string index = dir + "/" + kIndexFile;
-  std::vector<std::unique_ptr<st::SafetensorsFile>>& files = hf.files;
-  const std::map<std::string, std::string>& weight_map = hf.weight_map;
-  const std::map<std::string, const st::SafetensorsFile*>& shard_of = hf.shard_of;
+  const auto& files = hf_.files;
+  const auto& weight_map = hf_.weight_map;
+  const auto& shard_of = hf_.shard_of;
 
-  // ---- Locate and check every tensor before touching the model ----
+  // ---- Locate and check every tensor ----
   std::vector<Located> found;
-  for (const HfTensor& w : want) {
+  for (const HfTensor& w : want_) {
     Located l{&w, files.front().get(), nullptr};
     if (weight_map.empty()) {
       l.info = l.file->header().find(w.name);
-      if (!l.info) user_error("{}: tensor {} missing (expected {} for {})", l.file->path(), w.name, format_shape(w.shape), shape_source(model));
+      if (!l.info) user_error("{}: tensor {} missing (expected {} for {})", l.file->path(), w.name, format_shape(w.shape), shape_source);
     } else {
       auto it = weight_map.find(w.name);
       if (it == weight_map.end()) user_error("{}: tensor {} missing from weight_map", index, w.name);
@@ -135,7 +147,7 @@ HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
                  st::dtype_name(l.info->dtype));
     if (l.info->shape != w.shape)
       user_error("{}: tensor {}: shape {}, expected {} for {}", l.file->path(), w.name, format_shape(l.info->shape),
-                 format_shape(w.shape), shape_source(model));
+                 format_shape(w.shape), shape_source);
     found.push_back(l);
   }
   // Nothing beyond the model: a stray tensor means the config does not describe these weights.
@@ -150,58 +162,110 @@ HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
           user_error("{}: tensor {} is not listed for this file in {}", f->path(), t.name, index);
       }
       if (wanted.count(t.name)) continue;
-      if (tied && t.name == "lm_head.weight" && t.shape == want.front().shape && hf_float_dtype(t.dtype)) {
+      if (tied && t.name == "lm_head.weight" && t.shape == want_.front().shape && hf_float_dtype(t.dtype)) {
         tied_head = &t, tied_head_file = f.get();
         continue;
       }
       user_error("{}: unexpected tensor {} (shape {}): not part of this model ({})", f->path(), t.name,
-                 format_shape(t.shape), shape_source(model));
+                 format_shape(t.shape), shape_source);
     }
   }
   for (const auto& [name, shard] : weight_map)
     if (!wanted.count(name) && !hf_ignored_tensor(name) && !(tied && name == "lm_head.weight"))
-      user_error("{}: unexpected tensor {} in weight_map: not part of this model ({})", index, name, shape_source(model));
-  if (tied_head) {
-    // Some tied checkpoints still store lm_head; it must be the embedding, or tying changes the model.
-    const Located& emb = found.front();
-    if (!torch::equal(read_fp32(*tied_head_file, *tied_head), read_fp32(*emb.file, *emb.info)))
-      user_error("{}: lm_head.weight differs from model.embed_tokens.weight but tie_word_embeddings is true",
-                 tied_head_file->path());
-  }
+      user_error("{}: unexpected tensor {} in weight_map: not part of this model ({})", index, name, shape_source);
+  if (tied_head) check_tied_head(*tied_head_file, *tied_head, found.front());
 
-  // ---- Read, convert, write ----
-  torch::NoGradGuard ng;
-  std::map<st::Dtype, int64_t> elems_by_dtype;
-  uint64_t bytes = 0;
-  for (const Located& l : found) bytes += l.info->nbytes();
-  Progress reading("importing " + dir, bytes, "B");
-  // A block whose weights live on the NVMe tier is open while its tensors come in (they come
-  // block by block, in the model's order), and goes home when the next block starts.
-  std::optional<BlockAccess> access;
-  int open_block = -1;
+  by_block_.resize(static_cast<size_t>(model_block_count(mc)));
   for (const Located& l : found) {
-    check_stop();
-    std::vector<uint8_t> buf = l.file->read(*l.info);
-    torch::Tensor src = torch::from_blob(buf.data(), l.info->shape, torch_dtype_of(l.info->dtype));
-    if (l.want->block != open_block) {
-      if (access) access->commit();
-      access.emplace(model, l.want->block);
-      open_block = l.want->block;
-    }
-    model.block(l.want->block).param(l.want->slot).copy_(src);
-    elems_by_dtype[l.info->dtype] += l.info->numel();
-    reading.add(l.info->nbytes());
+    by_block_[static_cast<size_t>(l.want->block)].push_back(l);
+    tensor_bytes_ += l.info->nbytes();
   }
-  if (access) access->commit();
-  reading.finish();
+  for (auto& b : by_block_)
+    std::sort(b.begin(), b.end(), [](const Located& x, const Located& y) { return x.want->offset < y.want->offset; });
+}
 
+void HfSource::read_fp32(const st::SafetensorsFile& f, const st::TensorInfo& t, uint64_t first, uint64_t count,
+                         float* out) {
+  const uint64_t es = st::dtype_size(t.dtype);
+  if (t.dtype == st::Dtype::kF32) return f.read(t, first * es, count * es, out);
+  scratch_.resize(std::max<uint64_t>(scratch_.size(), count * es));
+  f.read(t, first * es, count * es, scratch_.data());
+  const auto n = static_cast<int64_t>(count);
+  torch::from_blob(out, {n}, torch::kFloat32).copy_(torch::from_blob(scratch_.data(), {n}, torch_dtype_of(t.dtype)));
+}
+
+// Some tied checkpoints still store lm_head; it must be the embedding, or tying changes the
+// model. Compared a piece at a time, as fp32 values (as torch::equal: -0 == 0, NaN never equal).
+void HfSource::check_tied_head(const st::SafetensorsFile& head_file, const st::TensorInfo& head, const Located& emb) {
+  const uint64_t n = static_cast<uint64_t>(head.numel());
+  const uint64_t piece = std::min<uint64_t>(n, kStatePieceElems / 2);
+  std::vector<float> a(piece), b(piece);
+  for (uint64_t first = 0; first < n; first += piece) {
+    check_stop();
+    const uint64_t count = std::min(piece, n - first);
+    read_fp32(head_file, head, first, count, a.data());
+    read_fp32(*emb.file, *emb.info, first, count, b.data());
+    for (uint64_t i = 0; i < count; ++i)
+      if (!(a[i] == b[i]))
+        user_error("{}: lm_head.weight differs from model.embed_tokens.weight but tie_word_embeddings is true",
+                   head_file.path());
+  }
+}
+
+void HfSource::fill(int block, uint64_t first, float* out, uint64_t count) {
+  check_stop();
+  std::fill(out, out + count, 0.0f);  // the padding
+  const uint64_t end = first + count;
+  for (const Located& l : by_block_.at(static_cast<size_t>(block))) {
+    const auto begin_t = static_cast<uint64_t>(l.want->offset), end_t = begin_t + static_cast<uint64_t>(l.want->numel());
+    const uint64_t lo = std::max(first, begin_t), hi = std::min(end, end_t);
+    if (lo >= hi) continue;
+    read_fp32(*l.file, *l.info, lo - begin_t, hi - lo, out + (lo - first));
+    bytes_filled_ += (hi - lo) * st::dtype_size(l.info->dtype);
+  }
+}
+
+HfImportInfo HfSource::info() const {
+  std::map<st::Dtype, int64_t> elems_by_dtype;
+  for (const auto& b : by_block_)
+    for (const Located& l : b) elems_by_dtype[l.info->dtype] += l.info->numel();
   HfImportInfo info;
   int64_t best = -1;
   for (const auto& [d, n] : elems_by_dtype)
     if (n > best) best = n, info.dtype = short_dtype_name(d);
-  for (const auto& f : files) info.files.push_back(f->path());
-  info.n_tensors = static_cast<int64_t>(found.size());
+  for (const auto& f : hf_.files) info.files.push_back(f->path());
+  for (const auto& b : by_block_) info.n_tensors += static_cast<int64_t>(b.size());
   return info;
+}
+
+std::string shape_source(const ModelConfig& mc) { return mc.hf_config.empty() ? "the model config" : mc.hf_config; }
+
+}  // namespace
+
+HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
+  if (!fs::is_directory(dir)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
+  HfSource src(model.config(), dir, shape_source(model.config()));
+  torch::NoGradGuard ng;
+  Progress reading("importing " + dir, src.tensor_bytes(), "B");
+  // A block at a time (one whose weights live on the NVMe tier is open while it fills), a piece
+  // at a time, through an fp32 piece: the model's dtype may be bf16.
+  std::vector<float> piece;
+  for (int b = 0; b < model.n_blocks(); ++b) {
+    Block& block = model.block(b);
+    BlockAccess access(model, b);
+    const auto n = static_cast<uint64_t>(block.numel());
+    piece.resize(std::min<uint64_t>(n, kStatePieceElems));
+    for (uint64_t first = 0; first < n; first += piece.size()) {
+      const uint64_t count = std::min<uint64_t>(piece.size(), n - first);
+      src.fill(b, first, piece.data(), count);
+      const auto c = static_cast<int64_t>(count);
+      block.data().narrow(0, static_cast<int64_t>(first), c).copy_(torch::from_blob(piece.data(), {c}, torch::kFloat32));
+    }
+    access.commit();
+    reading.set(src.bytes_filled());
+  }
+  reading.finish();
+  return src.info();
 }
 
 void load_initial_weights(LlamaModel& model, const std::string& init_from) {
@@ -253,11 +317,13 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
                  cfg_path, implied, mc.n_layers, mc.d_model, mc.d_ff, mc.vocab_size, dir, stored);
   }
   const std::string config_text = read_json_text(cfg_path, kJsonConfig, "HF config");
-  LlamaModel model(mc, torch::kFloat32, std::nullopt);  // every tensor comes from the files
+  // Straight from the safetensors into the weights file, a piece at a time: the model is never
+  // built, so an 8B model imports in the memory of a few pieces.
+  HfSource src(mc, dir, cfg_path);
   HfImportSummary s;
-  s.info = import_hf_weights(model, dir);
+  s.info = src.info();
   s.model_type = parse_json(config_text, kJsonConfig, cfg_path).value("model_type", "");
-  s.n_params = model.num_params();
+  s.n_params = count_params(mc);
 
   // The stored config is self-contained: the shape is in its fields, not in a path to DIR.
   Config cfg;
@@ -275,9 +341,14 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
   // or train time, after the import said it was done.
   const std::string tok = find_tokenizer(dir);
   if (!tok.empty()) check_model_tokenizer(tok, mc.vocab_size, dir);
-  Progress writing("writing " + out);
-  save_weights(model, out, config_to_toml(cfg),
-               {{"hf_config_json", config_text}, {"hf_dtype", s.info.dtype}, {"hf_source", fs::absolute(dir).string()}});
+  Progress writing("importing " + dir + " into " + out, src.tensor_bytes(), "B");
+  const std::vector<BlockShape> blocks = block_shapes(mc);
+  save_weights(blocks, out, config_to_toml(cfg),
+               {{"hf_config_json", config_text}, {"hf_dtype", s.info.dtype}, {"hf_source", fs::absolute(dir).string()}},
+               [&](int block, uint64_t first, float* piece, uint64_t count) {
+                 src.fill(block, first, piece, count);
+                 writing.set(src.bytes_filled());
+               });
   writing.finish();
 
   if (!tok.empty()) {

@@ -10,13 +10,27 @@ namespace bcd {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so is this host's");
 
-std::vector<HfTensor> hf_tensor_map(const LlamaModel& model) {
-  const ModelConfig& cfg = model.config();
+int64_t HfTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<HfTensor> hf_tensor_map(const LlamaModel& model) { return hf_tensor_map(model.config()); }
+
+std::vector<HfTensor> hf_tensor_map(const ModelConfig& cfg) {
+  std::vector<std::vector<SlotShape>> slots;
+  std::vector<BlockShape> shapes;
+  for (int b = 0; b < model_block_count(cfg); ++b) {
+    slots.push_back(model_block_slots(cfg, b));
+    shapes.push_back(layout_block(model_block_name(cfg, b), slots.back()));
+  }
   std::vector<HfTensor> out;
   auto add = [&](const std::string& name, int block, const std::string& slot) {
-    for (const ParamSlot& s : model.block(block).slots())
-      if (s.name == slot) return out.push_back({name, block, slot, s.shape});
-    BCD_CHECK(false, "block {} has no slot {}", model.block(block).name(), slot);
+    const std::vector<SlotShape>& in = slots[static_cast<size_t>(block)];
+    for (size_t i = 0; i < in.size(); ++i)
+      if (in[i].name == slot) return out.push_back({name, block, slot, in[i].shape, shapes[static_cast<size_t>(block)].offsets[i]});
+    BCD_CHECK(false, "block {} has no slot {}", shapes[static_cast<size_t>(block)].name, slot);
   };
   add("model.embed_tokens.weight", 0, "tok_embeddings");
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
@@ -39,7 +53,7 @@ std::vector<HfTensor> hf_tensor_map(const LlamaModel& model) {
     add(p + "input_layernorm.weight", b, "attn_norm");
     add(p + "post_attention_layernorm.weight", b, "mlp_norm");
   }
-  const int head = model.n_blocks() - 1;
+  const int head = model_block_count(cfg) - 1;
   add("model.norm.weight", head, "norm");
   if (!cfg.tie_embeddings) add("lm_head.weight", head, "output");
   return out;

@@ -20,11 +20,15 @@ struct HfTensor {
   int block = 0;                // index into LlamaModel::blocks()
   std::string slot;             // e.g. "wq"
   std::vector<int64_t> shape;
+  int64_t offset = 0;           // the slot's first element in its block's flat buffer
+  int64_t numel() const;
 };
 
-// Every tensor of the model in transformers' state_dict order (embed, each layer's q/k/v/o,
-// MLP and norms, final norm, lm_head unless tied).
-std::vector<HfTensor> hf_tensor_map(const LlamaModel& model);
+// Every tensor of the model `cfg` describes, in transformers' state_dict order (embed, each
+// layer's q/k/v/o, MLP and norms, final norm, lm_head unless tied), block by block: the model
+// need not exist (an import or export streams between files).
+std::vector<HfTensor> hf_tensor_map(const ModelConfig& cfg);
+std::vector<HfTensor> hf_tensor_map(const LlamaModel& model);  // of model.config()
 
 // Tensors transformers keeps as buffers in some older checkpoints; an importer skips them.
 bool hf_ignored_tensor(const std::string& name);

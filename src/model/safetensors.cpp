@@ -272,6 +272,14 @@ SafetensorsFile::~SafetensorsFile() = default;
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
     : path_(std::move(o.path_)), fd_(std::move(o.fd_)), header_(std::move(o.header_)) {}
 
+void SafetensorsFile::read(const TensorInfo& t, uint64_t offset, uint64_t bytes, void* dst) const {
+  BCD_CHECK(offset <= t.nbytes() && bytes <= t.nbytes() - offset, "{}: bytes [{}, +{}) of tensor {} ({} bytes)", path_,
+            offset, bytes, t.name, t.nbytes());
+  if (!pread_full(fd_.get(), dst, bytes, header_.data_start + t.begin + offset))
+    user_error("{}: cannot read tensor {} ({} bytes at offset {}): file truncated or unreadable", path_,
+               quote_name(t.name), bytes, header_.data_start + t.begin + offset);
+}
+
 void SafetensorsFile::read(const TensorInfo& t, void* dst) const {
   if (!pread_full(fd_.get(), dst, t.nbytes(), header_.data_start + t.begin))
     user_error("{}: cannot read tensor {} ({} bytes at offset {}): file truncated or unreadable", path_,
@@ -332,8 +340,21 @@ void SafetensorsWriter::write_all(const void* data, size_t n) {
   }
 }
 
+void SafetensorsWriter::write_part(const void* data, size_t bytes) {
+  uint64_t left = bytes;
+  while (left > 0) {
+    BCD_CHECK(next_ < tensors_.size(), "{}: more bytes written than declared", path_);
+    const uint64_t take = std::min<uint64_t>(left, sizes_[next_] - next_done_);
+    next_done_ += take, left -= take;
+    if (next_done_ == sizes_[next_]) ++next_, next_done_ = 0;
+    while (next_ < tensors_.size() && sizes_[next_] == 0) ++next_;  // empty tensors take no bytes
+  }
+  write_all(data, bytes);
+}
+
 void SafetensorsWriter::write_next(const void* data, size_t bytes) {
   BCD_CHECK(next_ < tensors_.size(), "{}: more tensors written than declared", path_);
+  BCD_CHECK(next_done_ == 0, "{}: tensor {} begun by write_part", path_, tensors_[next_].name);
   BCD_CHECK(bytes == sizes_[next_], "{}: tensor {}: {} bytes given, {} declared", path_, tensors_[next_].name,
             bytes, sizes_[next_]);
   write_all(data, bytes);

@@ -66,6 +66,8 @@ class SafetensorsFile {
   // Reads the tensor's bytes into dst (t.nbytes() bytes); UserError on a short file or I/O error.
   void read(const TensorInfo& t, void* dst) const;
   std::vector<uint8_t> read(const TensorInfo& t) const;
+  // Bytes [offset, offset + bytes) of the tensor's data into dst (within t.nbytes()).
+  void read(const TensorInfo& t, uint64_t offset, uint64_t bytes, void* dst) const;
 
  private:
   std::string path_;
@@ -94,6 +96,9 @@ class SafetensorsWriter {
 
   // The next tensor's bytes; `bytes` must equal its numel * dtype size.
   void write_next(const void* data, size_t bytes);
+  // The next `bytes` of the data, in order: a tensor may come in several parts, and a part may
+  // end one tensor and begin the next. Not mixed with write_next within a tensor.
+  void write_part(const void* data, size_t bytes);
   void commit();
   uint64_t data_bytes() const { return data_bytes_; }
 
@@ -104,6 +109,7 @@ class SafetensorsWriter {
   std::vector<TensorSpec> tensors_;
   std::vector<uint64_t> sizes_;
   size_t next_ = 0;
+  uint64_t next_done_ = 0;  // bytes of tensor next_ written by write_part
   uint64_t data_bytes_ = 0;
   UniqueFd fd_;
 };
