@@ -368,7 +368,7 @@ TEST_F(HfCli, ImportThenExport) {
     EXPECT_TRUE(fs::exists(dir_.file(std::string("out/") + f))) << f << "\n" << r.output;
   EXPECT_EQ(read_hf_dir(dir_.file("out")).size(), read_hf_dir(dir_.file("in")).size());
   r = test::run_bcdtrain("export --checkpoint " + dir_.file("run/model.h5") + " --hf " + dir_.file("out") +
-                         " --dtype fp32 --shard-size 4KB");
+                         " --dtype fp32 --max-shard-size 4KB");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir_.file("out/model.safetensors.index.json")));
   EXPECT_FALSE(fs::exists(dir_.file("out/model.safetensors")));
@@ -405,6 +405,14 @@ TEST_F(HfCli, BadInputExitsWith2) {
   expect_exit2("export --checkpoint " + dir_.file("nope.h5") + " --hf " + dir_.file("out") + " --shard-size lots",
                {"lots"});
   expect_exit2("export --hf " + dir_.file("out"), {"--checkpoint"});
+}
+
+TEST_F(HfCli, HelpNamesEveryFamilyAndTheShardLimit) {
+  const auto imp = test::run_bcdtrain("import --help");
+  EXPECT_EQ(imp.exit_code, 0) << imp.output;
+  for (const char* family : Choices<HfFamily>::names) EXPECT_NE(imp.output.find(family), std::string::npos) << family;
+  const auto exp = test::run_bcdtrain("export --help");
+  expect_has(exp.output, {"--max-shard-size", "model.safetensors.index.json", "5GB"});
 }
 
 }  // namespace

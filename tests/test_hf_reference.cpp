@@ -1,8 +1,9 @@
 // Models written by transformers itself (tests/hf_reference.py: save_pretrained of tiny llama,
 // Llama 3.1/3.2, linear-RoPE, Mistral(-Nemo), Qwen2, Qwen3 and yarn models, in both config.json
 // forms): imported, bcdtrain's logits and loss on the same tokens equal transformers' (fp32,
-// <= 1e-5 relative); exported back, transformers (5.x, and 4.x where installed) reads the same
-// logits. The q/k projections are drawn sharp (std 0.5), so a wrong RoPE moves the logits by
+// <= 1e-5 relative); exported back (every other model through a weights file into shards with
+// their index, as `bcdtrain import` and `export` do), transformers (5.x, and 4.x where installed)
+// reads the same logits. The q/k projections are drawn sharp (std 0.5), so a wrong RoPE moves the logits by
 // O(1) and the loss by > 1e-2 (the script checks that of every fixture).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -90,6 +91,7 @@ TEST_F(HfReference, ImportedModelsComputeWhatTransformersComputesAndExportBack) 
   ASSERT_GE(manifest.size(), 12u);
   std::set<std::string> families;
   std::string exported;
+  int fixture = 0, sharded = 0;
   testing::internal::CaptureStderr();  // every key transformers writes is known (read or inert)
   for (const json& v : manifest) {
     const std::string name = v["name"].get<std::string>(), src = dir_->file("ref/" + name);
@@ -109,9 +111,25 @@ TEST_F(HfReference, ImportedModelsComputeWhatTransformersComputesAndExportBack) 
     std::printf("[ NOTE ] %-18s logits rel %.3g, loss %.7f (transformers %.7f)\n", name.c_str(), logits_rel, loss, ref_loss);
 
     // Exported back (config.json from the imported one, as `bcdtrain export` does), with our
-    // logits beside it for the script to compare transformers' against.
+    // logits beside it for the script to compare transformers' against. Every other model goes
+    // the way of `bcdtrain import` and `export` (streamed through a weights file) into three or
+    // more shards with their index, as save_pretrained writes a model over its max_shard_size.
     const std::string out = dir_->file("out/" + name);
-    export_hf_model(model, out, st::Dtype::kF32, uint64_t{1} << 30, test::read_text(src + "/config.json"));
+    if (fixture++ % 2 == 0) {
+      import_hf_to_file(src, dir_->file("weights/" + name + ".h5"));
+      HfExportOptions xo;
+      xo.checkpoint = dir_->file("weights/" + name + ".h5");
+      xo.out_dir = out;
+      xo.dtype = "fp32";
+      xo.shard_bytes = static_cast<uint64_t>(model.num_params()) * 4 / 3 + 1;
+      const HfExportReport r = export_hf(xo);
+      EXPECT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
+      EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
+      EXPECT_GE(r.files.size(), 5u) << "config.json, 3 shards or more and their index";
+      ++sharded;
+    } else {
+      export_hf_model(model, out, st::Dtype::kF32, uint64_t{1} << 30, test::read_text(src + "/config.json"));
+    }
     write_tensors(out + "/ours.safetensors", {{"tokens", tokens}, {"logits", logits}});
     // And read back by bcdtrain: the same model.
     const ModelConfig back = model_config_from_hf(out + "/config.json", ModelConfig{});
@@ -121,6 +139,7 @@ TEST_F(HfReference, ImportedModelsComputeWhatTransformersComputesAndExportBack) 
     EXPECT_DOUBLE_EQ(back.rope_theta, mc.rope_theta);
     exported += " " + quote(out);
   }
+  EXPECT_GE(sharded, 6) << "sharded exports";
   const std::string warnings = testing::internal::GetCapturedStderr();
   EXPECT_EQ(warnings.find("not known to bcdtrain"), std::string::npos) << warnings;
   // Every family in both config forms.

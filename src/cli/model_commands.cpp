@@ -20,6 +20,7 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "model/hf_config.h"
 #include "model/hf_export.h"
 #include "model/hf_import.h"
 #include "model/hf_weights.h"
@@ -215,7 +216,9 @@ Command add_import(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* import_cmd = app.add_subcommand("import", "convert a Hugging Face model directory (config.json + safetensors) into a weights file");
-  import_cmd->add_option("--hf", f->hf_dir, "HF model directory (llama, mistral, qwen2)")
+  std::string families;  // every model_type the importer reads (model/hf_config.h)
+  for (const char* name : Choices<HfFamily>::names) families += (families.empty() ? "" : ", ") + std::string(name);
+  import_cmd->add_option("--hf", f->hf_dir, "HF model directory (config.json model_type: " + families + ")")
       ->required()
       ->transform(existing_dir("a Hugging Face model directory"));
   import_cmd->add_option("--out", f->out, "weights file to write (e.g. runs/llama/model.h5)")
@@ -259,12 +262,14 @@ Command add_export(CLI::App& app) {
       ->transform(pathname("a directory"));
   export_cmd->add_option("--dtype", f->xopt.dtype, "bf16, fp16 or fp32 (default: the dtype it was imported in, else bf16)")
       ->transform(choice([](const std::string& name) { parse_short_dtype(name, "--dtype"); }, "bf16, fp16 or fp32"));
-  export_cmd->add_option("--shard-size", f->shard_size, "largest safetensors file before sharding (units: 5GB, 2GiB)")
+  export_cmd->add_option("--max-shard-size,--shard-size", f->shard_size,
+                         "largest safetensors file before sharding into model-0000i-of-0000N.safetensors with "
+                         "model.safetensors.index.json, as transformers' save_pretrained (default 5GB; units: 5GB, 2GiB)")
       ->transform(byte_size(1));
   auto run = [f](const Overrides&) {
     HfExportOptions& xopt = f->xopt;
     xopt.shard_bytes = parse_bytes(f->shard_size);
-    if (xopt.shard_bytes == 0) user_error("--shard-size: expected a positive size, got \"{}\"", f->shard_size);
+    if (xopt.shard_bytes == 0) user_error("--max-shard-size: expected a positive size, got \"{}\"", f->shard_size);
     if (!xopt.dtype.empty()) parse_short_dtype(xopt.dtype, "--dtype");
     const HfExportReport r = export_hf(xopt);
     fmt::print("exported {} as {} ({}, {:.3f} GB of tensors) to {}:\n", printable_line(xopt.checkpoint), r.model_type, r.dtype,
