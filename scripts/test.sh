@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set-up (if needed), build, and run the whole test suite. Extra arguments go to ctest
-# (e.g. scripts/test.sh -L unit, scripts/test.sh -R Model).
+# Set-up of everything (if needed: scripts/setup.sh, the tests' packages too), build of every
+# target, and the whole test suite. Extra arguments go to ctest (e.g. scripts/test.sh -L unit,
+# scripts/test.sh -R Model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -9,7 +10,8 @@ source scripts/lib.sh
 usage() {
   cat <<'EOF_USAGE'
 usage: scripts/test.sh [CTEST_ARGS...]
-  Sets up and builds (scripts/setup.sh), then runs ctest in build/ with CTEST_ARGS, e.g.
+  Sets up and builds everything (scripts/setup.sh: the tests' and benchmarks' packages too, every
+  target), then runs ctest in build/ with CTEST_ARGS, e.g.
   -L unit, -LE gpu, -R Model (ctest --help lists them). Without arguments the whole suite,
   and a bounded fuzzing run of the file parsers first (scripts/fuzz.sh).
   -h, --help   this text

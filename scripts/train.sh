@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# No argument: set-up, build, prepare the demo corpus (fortunes) if missing, train configs/tiny.toml
-# and print samples. With arguments: `bcdtrain train` with them, e.g.
+# No argument: set-up and build of bcdtrain alone (scripts/setup.sh --product: its packages and
+# LibTorch, the bcdtrain target; no test or benchmark package), prepare the demo corpus (fortunes)
+# if missing, train configs/tiny.toml and print samples. With arguments: `bcdtrain train` with
+# them, e.g.
 #   scripts/train.sh --config configs/tiny.toml --train.steps=50
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +13,8 @@ usage() {
   cat <<'EOF_USAGE'
 usage: scripts/train.sh                  set up, build, prepare the demo corpus, train the tiny demo
        scripts/train.sh TRAIN_ARGS...    set up, build, then build/bcdtrain train TRAIN_ARGS
+  The set-up is bcdtrain's alone (scripts/setup.sh --product): its Debian packages and LibTorch
+  (pip torch), and the bcdtrain target; scripts/test.sh installs and builds the rest.
   TRAIN_ARGS   --config FILE, --section.key=value overrides, --resume DIR|FILE|auto, --overwrite,
                --quiet (build/bcdtrain train --help has them all)
   -h, --help   this text
@@ -34,7 +38,7 @@ check_train_args() {
 }
 check_train_args "$@"
 
-scripts/setup.sh
+scripts/setup.sh --product
 if [[ $# -eq 0 ]]; then
   if [[ ! -f data/fortunes/tokens.h5 ]]; then
     build/bcdtrain prepare --input /usr/share/games/fortunes --out data/fortunes --vocab-size 2048
