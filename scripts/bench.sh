@@ -29,7 +29,10 @@ usage: scripts/bench.sh NAME [FLAGS...]
         dp            2 ranks x 1 thread vs 1 rank x 1 thread: scaling efficiency
         memory        compute-tier model-state peak of BCD vs full AdamW (32 layers, bf16)
         head          fused chunked head + loss vs unfused (V 128256, d 512, 4096 tokens): peak memory, time
-  FLAGS go to the benchmark: io, prepare (and tokenize), data-memory, streaming, peer, finetune-real and startup are scripts/bench_*.sh, whose
+        hf-io         import and export of a 1B transformers-written model vs a plain copy: seconds, peak RSS
+        lowram        import -> train (NVMe homes) -> export of a 1B model in a 3 GiB memory limit
+  FLAGS go to the benchmark: io, prepare (and tokenize), data-memory, streaming, peer, finetune-real, startup, hf-io
+  and lowram are scripts/bench_*.sh, whose
   flags (scripts/bench.sh NAME --help) are checked before the build; the others are programs in
   tests/bench (their settings: BENCH_* variables, see each program's opening comment).
 The default build directory is set up by scripts/setup.sh --bench=TARGET: bcdtrain's packages and
@@ -55,7 +58,7 @@ case "$name" in
   bcd-step) target=bench_bcd_step; program=tests/bench_bcd_step ;;
   convergence) target=bench_convergence; program=tests/bench_convergence ;;
   finetune) target=bench_finetune; program=tests/bench_finetune ;;
-  io | prepare | data-memory | streaming | peer | finetune-real | startup) target=bcdtrain; script=scripts/bench_${name//-/_}.sh ;;
+  io | prepare | data-memory | streaming | peer | finetune-real | startup | hf-io | lowram) target=bcdtrain; script=scripts/bench_${name//-/_}.sh ;;
   tokenize)
     target=bcdtrain script=scripts/bench_prepare.sh
     preset=(--tokenizer "${BCD_BENCH_TOKENIZER:-../shared/data/tokenizers/llama3/tokenizer.json}") ;;
