@@ -163,6 +163,8 @@ struct StateFileWriter::Impl {
   bool failed = false;  // HDF5 failed a write: the file is abandoned, never closed (see fail())
   uint64_t written = 0; // bytes of dataset payload written so far
   AttrMap attrs;  // what the digest covers
+  std::unique_ptr<float[]> piece;  // floats(dataset, n, fill)'s buffer, kept for the next dataset
+  uint64_t piece_elems = 0;
 
   ~Impl() {  // without commit(): the temporary file goes (also when the constructor failed)
     if (committed) return;
@@ -317,13 +319,18 @@ void StateFileWriter::write_floats(const std::string& dataset, uint64_t n, const
     // Pieces are whole chunks (kStatePieceElems is a multiple of kChunk): HDF5 writes each chunk
     // once, never reads one back to complete it.
     static_assert(kStatePieceElems % kChunk == 0, "a piece is whole chunks");
-    std::vector<float> piece(std::min<uint64_t>(n, kStatePieceElems));
-    for (uint64_t first = 0; first < n; first += piece.size()) {
-      const hsize_t start = first, count = std::min<uint64_t>(piece.size(), n - first);
-      (*fill)(first, piece.data(), count);
+    // One buffer for every dataset of the file, never zeroed: fill writes every element.
+    const uint64_t piece = std::min<uint64_t>(n, kStatePieceElems);
+    if (impl_->piece_elems < piece) {
+      impl_->piece.reset(new float[piece]);
+      impl_->piece_elems = piece;
+    }
+    for (uint64_t first = 0; first < n; first += piece) {
+      const hsize_t start = first, count = std::min<uint64_t>(piece, n - first);
+      (*fill)(first, impl_->piece.get(), count);
       const hid_t mem = H5Screate_simple(1, &count, nullptr);
       H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
-      const herr_t rc = H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, piece.data());
+      const herr_t rc = H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, impl_->piece.get());
       H5Sclose(mem);
       if (rc < 0) {
         H5Sclose(space);

@@ -214,15 +214,18 @@ void HfSource::check_tied_head(const st::SafetensorsFile& head_file, const st::T
 
 void HfSource::fill(int block, uint64_t first, float* out, uint64_t count) {
   check_stop();
-  std::fill(out, out + count, 0.0f);  // the padding
   const uint64_t end = first + count;
+  uint64_t done = first;  // [first, done) is filled; tensors come in layout order
   for (const Located& l : by_block_.at(static_cast<size_t>(block))) {
     const auto begin_t = static_cast<uint64_t>(l.want->offset), end_t = begin_t + static_cast<uint64_t>(l.want->numel());
     const uint64_t lo = std::max(first, begin_t), hi = std::min(end, end_t);
     if (lo >= hi) continue;
+    std::fill(out + (done - first), out + (lo - first), 0.0f);  // the padding before it
     read_fp32(*l.file, *l.info, lo - begin_t, hi - lo, out + (lo - first));
     bytes_filled_ += (hi - lo) * st::dtype_size(l.info->dtype);
+    done = hi;
   }
+  std::fill(out + (done - first), out + count, 0.0f);
 }
 
 HfImportInfo HfSource::info() const {
