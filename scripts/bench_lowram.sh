@@ -45,11 +45,7 @@ bcd=$build/bcdtrain
 # shellcheck source=scripts/bench_corpus.sh
 source scripts/bench_corpus.sh
 bench_require "$bcd"
-python=$(sed -n 's/^BCD_TEST_PYTHON:FILEPATH=//p' "$build/CMakeCache.txt" 2> /dev/null || true)
-[[ -x $python ]] || python=${XDG_CACHE_HOME:-$HOME/.cache}/bcdtrain/torch-2.11.0/bin/python
-cache=${BCD_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bcdtrain/bench}
-model=$cache/llama3-1b-16
-"$python" scripts/make_hf_model.py "$model" --layers 16 --tokenizer ../shared/data/tokenizers/llama3 >&2
+bench_hf_model "$build" 16
 
 cg="" own_work=0
 on_exit() {

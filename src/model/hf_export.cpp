@@ -285,18 +285,8 @@ HfExportReport export_into(const ModelConfig& mc, const BlockRead& read, const s
 
 HfExportReport export_hf_model(const LlamaModel& model, const std::string& out_dir, st::Dtype dtype,
                                uint64_t shard_bytes, const std::string& base_config_json) {
-  // Tensors come block by block: a block stays open (fetched from its tier once) until the next.
-  std::optional<BlockAccess> access;
-  int open = -1;
-  const BlockRead read = [&](int block, uint64_t first, float* out, uint64_t count) {
-    if (block != open) {
-      access.reset();
-      access.emplace(model, block);
-      open = block;
-    }
-    const auto c = static_cast<int64_t>(count);
-    torch::from_blob(out, {c}, torch::kFloat32).copy_(model.block(block).data().narrow(0, static_cast<int64_t>(first), c));
-  };
+  // Tensors come block by block (ModelPieces holds a block open until the next).
+  const BlockRead read = ModelPieces(model);
   return export_into(model.config(), read, out_dir, dtype, shard_bytes, base_config_json);
 }
 

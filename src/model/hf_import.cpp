@@ -250,23 +250,10 @@ HfImportInfo import_hf_weights(LlamaModel& model, const std::string& dir) {
   HfSource src(model.config(), dir, shape_source(model.config()));
   torch::NoGradGuard ng;
   Progress reading("importing " + dir, src.tensor_bytes(), "B");
-  // A block at a time (one whose weights live on the NVMe tier is open while it fills), a piece
-  // at a time, through an fp32 piece: the model's dtype may be bf16.
-  std::vector<float> piece;
-  for (int b = 0; b < model.n_blocks(); ++b) {
-    Block& block = model.block(b);
-    BlockAccess access(model, b);
-    const auto n = static_cast<uint64_t>(block.numel());
-    piece.resize(std::min<uint64_t>(n, kStatePieceElems));
-    for (uint64_t first = 0; first < n; first += piece.size()) {
-      const uint64_t count = std::min<uint64_t>(piece.size(), n - first);
-      src.fill(b, first, piece.data(), count);
-      const auto c = static_cast<int64_t>(count);
-      block.data().narrow(0, static_cast<int64_t>(first), c).copy_(torch::from_blob(piece.data(), {c}, torch::kFloat32));
-    }
-    access.commit();
+  fill_model(model, [&](int block, uint64_t first, float* out, uint64_t count) {
+    src.fill(block, first, out, count);
     reading.set(src.bytes_filled());
-  }
+  });
   reading.finish();
   return src.info();
 }

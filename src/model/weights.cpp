@@ -49,21 +49,40 @@ std::vector<BlockShape> shapes_of(const LlamaModel& model) {
 }
 }  // namespace
 
+ModelPieces::ModelPieces(const LlamaModel& model) : model_(&model), open_(std::make_shared<Open>()) {}
+
+void ModelPieces::operator()(int block, uint64_t first, float* out, uint64_t count) const {
+  if (block != open_->block) {
+    open_->access.reset();
+    open_->access.emplace(*model_, block);
+    open_->block = block;
+  }
+  const auto n = static_cast<int64_t>(count);
+  torch::NoGradGuard ng;
+  torch::from_blob(out, {n}, torch::kFloat32).copy_(model_->block(block).data().narrow(0, static_cast<int64_t>(first), n));
+}
+
+void fill_model(LlamaModel& model, const BlockFill& fill) {
+  torch::NoGradGuard ng;
+  std::vector<float> piece;
+  for (int i = 0; i < model.n_blocks(); ++i) {
+    Block& b = model.block(i);
+    BlockAccess access(model, i);
+    const auto n = static_cast<uint64_t>(b.numel());
+    piece.resize(std::min<uint64_t>(n, kStatePieceElems));
+    for (uint64_t first = 0; first < n; first += piece.size()) {
+      const uint64_t count = std::min<uint64_t>(piece.size(), n - first);
+      fill(i, first, piece.data(), count);
+      const auto c = static_cast<int64_t>(count);
+      b.data().narrow(0, static_cast<int64_t>(first), c).copy_(torch::from_blob(piece.data(), {c}, torch::kFloat32));
+    }
+    access.commit();
+  }
+}
+
 void save_weights(const LlamaModel& model, const std::string& path, const std::string& config_toml,
                   const WeightsAttrs& extra_attrs) {
-  torch::NoGradGuard ng;
-  // A block's pieces come in order: it stays open (fetched from its tier once) until the next.
-  std::optional<BlockAccess> access;
-  int open = -1;
-  save_weights(shapes_of(model), path, config_toml, extra_attrs, [&](int block, uint64_t first, float* out, uint64_t count) {
-    if (block != open) {
-      access.reset();
-      access.emplace(model, block);
-      open = block;
-    }
-    const auto n = static_cast<int64_t>(count);
-    torch::from_blob(out, {n}, torch::kFloat32).copy_(model.block(block).data().narrow(0, static_cast<int64_t>(first), n));
-  });
+  save_weights(shapes_of(model), path, config_toml, extra_attrs, ModelPieces(model));
 }
 
 WeightsReader::WeightsReader(const std::string& path, const std::vector<BlockShape>& blocks)
@@ -95,21 +114,7 @@ void load_weights(LlamaModel& model, const std::string& path) {
   // Every block's shape first, so a file for another model changes nothing; then one block at a
   // time, a piece at a time (a 13B model is 52 GB in fp32: never all of it in memory at once).
   const WeightsReader f(path, shapes_of(model));
-  torch::NoGradGuard ng;
-  std::vector<float> piece;
-  for (int i = 0; i < model.n_blocks(); ++i) {
-    Block& b = model.block(i);
-    BlockAccess access(model, i);
-    const auto n = static_cast<uint64_t>(b.numel());
-    piece.resize(std::min<uint64_t>(n, kStatePieceElems));
-    for (uint64_t first = 0; first < n; first += piece.size()) {
-      const uint64_t count = std::min<uint64_t>(piece.size(), n - first);
-      f.read(i, first, piece.data(), count);
-      const auto c = static_cast<int64_t>(count);
-      b.data().narrow(0, static_cast<int64_t>(first), c).copy_(torch::from_blob(piece.data(), {c}, torch::kFloat32));
-    }
-    access.commit();
-  }
+  fill_model(model, [&](int block, uint64_t first, float* out, uint64_t count) { f.read(block, first, out, count); });
 }
 
 }  // namespace bcd

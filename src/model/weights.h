@@ -9,6 +9,8 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +49,27 @@ class WeightsReader {
   StateFileReader file_;
   std::vector<std::string> datasets_;
 };
+
+// A model's blocks a piece at a time, as fp32 (what save_weights and an export from a model
+// read): a block stays open (fetched from its tier once) from its first piece to the next
+// block's. BlockFill's signature: pass it where one is wanted (copies share the open block).
+class ModelPieces {
+ public:
+  explicit ModelPieces(const LlamaModel& model);
+  void operator()(int block, uint64_t first, float* out, uint64_t count) const;
+
+ private:
+  struct Open {
+    std::optional<BlockAccess> access;
+    int block = -1;
+  };
+  const LlamaModel* model_;
+  std::shared_ptr<Open> open_;
+};
+
+// Fills every block of `model` from `fill`, a block at a time (open, filled, committed home), a
+// piece at a time through an fp32 buffer (the model's dtype may be bf16).
+void fill_model(LlamaModel& model, const BlockFill& fill);
 
 // Reads the config TOML stored in a weights file; UserError naming the file when unreadable.
 std::string read_weights_config(const std::string& path);
