@@ -16,6 +16,7 @@
 #include "io/checkpoint.h"
 #include "base/error.h"
 #include "checkpoint_test_helpers.h"
+#include "runtime/metrics.h"
 #include "test_util.h"
 
 namespace bcd {
@@ -388,6 +389,31 @@ TEST(CheckpointFiles, SlicesGoWithTheirCheckpointFile) {
   EXPECT_FALSE(fs::exists(old));
   for (const auto& gone : {old0, old1, earlier, lone}) EXPECT_FALSE(fs::exists(gone)) << gone;
   for (const auto& kept : {kept0, kept1, unreadable}) EXPECT_TRUE(fs::exists(kept)) << kept;
+}
+
+}  // namespace
+}  // namespace bcd
+
+namespace bcd {
+namespace {
+
+// A resume keeps the records before its step. A torn last line is cut; a bad line with records
+// after it stops the resume naming it, and the file keeps every record.
+TEST(MetricsResume, OnlyATornLastLineIsCutAndABadLineInTheMiddleStopsTheResume) {
+  test::TempDir dir("bcd-metrics-resume");
+  const std::string path = dir.file("metrics.jsonl");
+  std::string good;
+  for (int s = 1; s <= 6; ++s) good += "{\"step\": " + std::to_string(s) + ", \"loss\": 1.5}\n";
+  test::write_text(path, good + "{\"step\": 7, \"lo");  // killed mid-write
+  truncate_metrics(path, 5);
+  EXPECT_EQ(test::read_text(path), good.substr(0, good.find("{\"step\": 5")));
+
+  const std::string bad = good.substr(0, good.find("{\"step\": 3")) + "not json\n" + good.substr(good.find("{\"step\": 3"));
+  test::write_text(path, bad);
+  const std::string e = test::error_of([&] { truncate_metrics(path, 5); });
+  EXPECT_NE(e.find(path + ": line 3 is not a metrics record"), std::string::npos) << e;
+  EXPECT_NE(e.find("nothing was changed"), std::string::npos) << e;
+  EXPECT_EQ(test::read_text(path), bad);
 }
 
 }  // namespace

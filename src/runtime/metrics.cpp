@@ -37,17 +37,27 @@ void MetricsWriter::write(const nlohmann::json& record) {
 void truncate_metrics(const std::string& path, int64_t first_step) {
   std::ifstream in(path);
   if (!in) return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      if (parse_json(line, kJsonMetricsLine, path).at("step").get<int64_t>() >= first_step) break;
-    } catch (const std::exception&) {
-      break;  // a torn last line of a killed run
-    }
-    kept += line + "\n";
-  }
+  std::vector<std::pair<int64_t, std::string>> lines;  // (line number, text), blank lines skipped
+  std::string line;
+  for (int64_t no = 1; std::getline(in, line); ++no)
+    if (!line.empty()) lines.emplace_back(no, line);
   in.close();
+  std::string kept;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    int64_t step = 0;
+    try {
+      step = parse_json(lines[i].second, kJsonMetricsLine, path).at("step").get<int64_t>();
+    } catch (const std::exception& e) {
+      if (i + 1 == lines.size()) break;  // a torn last line of a killed run
+      // A record in the middle that cannot be read is not a torn write: cutting there would
+      // delete every record after it. Nothing is rewritten; the user repairs or removes it.
+      user_error("{}: line {} is not a metrics record ({}); records follow it, so it is not a torn last line: "
+                 "repair or delete that line, then resume again (nothing was changed)",
+                 path, lines[i].first, e.what());
+    }
+    if (step >= first_step) break;
+    kept += lines[i].second + "\n";
+  }
   write_file_atomic(path, kept, "metrics file");
 }
 

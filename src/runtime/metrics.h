@@ -33,6 +33,8 @@ class MetricsWriter {
 };
 
 // Keeps the records of a metrics file before `first_step` (a resumed run rewrites what follows).
+// A torn last line (a killed run's) is cut; any other line that is not a record is a UserError
+// naming the file and the line, and the file is left as it was.
 void truncate_metrics(const std::string& path, int64_t first_step);
 
 // What the loop measured of one step.

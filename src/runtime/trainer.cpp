@@ -85,11 +85,12 @@ std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) user_error("config: [train] run_dir {}: cannot create ({})", dir, ec.message());
+  // The records first: an unreadable one stops a resume before anything in the directory changes.
+  const bool resumed = !run.resume_from.empty();
+  if (resumed) truncate_metrics(dir + "/metrics.jsonl", run.first_step);
   Config cfg = run.cfg;
   write_file_atomic(dir + "/config.toml", config_to_toml(cfg), "run config");
   copy_tokenizer_files(run.ds.tokenizer_path(), dir);
-  const bool resumed = !run.resume_from.empty();
-  if (resumed) truncate_metrics(dir + "/metrics.jsonl", run.first_step);
   return std::make_optional<MetricsLog>(dir + "/metrics.jsonl", /*append=*/resumed, run.cfg.train.tensorboard);
 }
 
