@@ -1,5 +1,7 @@
 // Hugging Face import tests: a tiny HF-format model written by the test loads with the source
 // model's exact logits; bad directories are rejected naming file and tensor, the model untouched.
+#include <sys/stat.h>
+
 #include "hf_test_helpers.h"
 
 namespace bcd {
@@ -215,6 +217,28 @@ TEST_F(HfImportErrors, NoWeights) {
   fs::remove(dir_.file("model.safetensors"));
   expect_has(import_error(dir_.path()), {dir_.path(), "no model.safetensors or model.safetensors.index.json"});
   expect_has(import_error(dir_.file("nope")), {dir_.file("nope"), "not a directory"});
+}
+
+// A pipe where config.json should be blocked `import` in its open until killed; a weights file
+// that is a device would be read without end. Both are refused by name, at once.
+TEST_F(HfImportErrors, APipeOrADeviceInsteadOfAFileIsRefusedWithoutBlocking) {
+  write_hf_dir(*src_, "llama", dir_.path());
+  const std::string config = dir_.file("config.json"), weights = dir_.file("model.safetensors");
+  fs::remove(config);
+  ASSERT_EQ(::mkfifo(config.c_str(), 0644), 0);
+  auto r = test::run_shell("timeout 60 " + std::string(BCD_BINARY) + " import --hf " + dir_.path() + " --out " +
+                           dir_.file("out/model.h5") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  expect_has(r.output, {config + ": not a regular file"});
+  fs::remove(config);
+  write_hf_dir(*src_, "llama", dir_.path());
+  fs::remove(weights);
+  fs::create_symlink("/dev/zero", weights);
+  r = test::run_shell("timeout 60 " + std::string(BCD_BINARY) + " import --hf " + dir_.path() + " --out " +
+                      dir_.file("out/model.h5") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  expect_has(r.output, {weights + ": not a regular file"});
+  EXPECT_FALSE(fs::exists(dir_.file("out/model.h5")));
 }
 
 TEST_F(HfImportErrors, TiedHeadStoredAnywayMustEqualTheEmbedding) {

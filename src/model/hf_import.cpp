@@ -63,18 +63,30 @@ struct HfFiles {
   std::map<std::string, const st::SafetensorsFile*> shard_of;  // shard file name -> file
 };
 
+// A file of the HF directory must be a regular file (symbolic links to one included): a pipe
+// would block the open until something wrote to it, a device would be read without end.
+void require_regular(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    user_error("{}: not a regular file (a pipe, device or directory): a Hugging Face model directory's files are "
+               "plain files", path);
+}
+
 HfFiles open_hf_files(const std::string& dir) {
   const std::string single = dir + "/" + kSingleFile, index = dir + "/" + kIndexFile;
   HfFiles hf;
   if (fs::exists(single)) {
+    require_regular(single);
     hf.files.push_back(std::make_unique<st::SafetensorsFile>(single));
   } else if (fs::exists(index)) {
+    require_regular(index);
     hf.weight_map = read_weight_map(index);
     if (hf.weight_map.empty()) user_error("{}: weight_map lists no tensors", index);
     for (const auto& [name, shard] : hf.weight_map) {
       if (hf.shard_of.count(shard)) continue;
       const std::string path = dir + "/" + shard;
       if (!fs::exists(path)) user_error("{}: shard not found (listed in {} for tensor {})", path, index, name);
+      require_regular(path);
       hf.files.push_back(std::make_unique<st::SafetensorsFile>(path));
       hf.shard_of[shard] = hf.files.back().get();
     }
@@ -292,6 +304,7 @@ HfImportSummary import_hf_to_file(const std::string& dir, const std::string& out
   const std::string cfg_path = dir + "/config.json";
   if (!fs::is_directory(dir)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
   if (!fs::exists(cfg_path)) user_error("{}: missing (a Hugging Face model directory has config.json)", cfg_path);
+  require_regular(cfg_path);
   const ModelConfig mc = model_config_from_hf(cfg_path, ModelConfig{});
   // The model is allocated from config.json: a config describing far more than the files hold
   // (num_hidden_layers = 100000) is refused here, before any memory goes to it. Smaller
