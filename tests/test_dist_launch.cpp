@@ -173,6 +173,18 @@ TEST(Launch, WithoutNprocTheConfigsDistNprocIsTaken) {
   LaunchOptions e;
   EXPECT_NE(error_of([&] { parse_launch_args({"train", "--config", cfg, "--dist.nproc=0"}, e); }).find("[dist] nproc"),
             std::string::npos);
+  // --nproc against the command's own --dist.nproc: two answers to one question, refused; the
+  // same answer twice is fine
+  LaunchOptions f, g, h;
+  const std::string both = error_of([&] {
+    parse_launch_args({"--nproc", "2", "--oversubscribe", "train", "--config", cfg, "--dist.nproc=3"}, f);
+  });
+  EXPECT_NE(both.find("launch: --nproc 2 and the command's --dist.nproc=3 disagree"), std::string::npos) << both;
+  EXPECT_NE(error_of([&] { parse_launch_args({"--nproc", "2", "--oversubscribe", "train", "--dist.nproc", "3"}, g); })
+                .find("disagree"),
+            std::string::npos);
+  parse_launch_args({"--nproc", "3", "--oversubscribe", "train", "--config", cfg, "--dist.nproc=3"}, h);
+  EXPECT_EQ(h.nproc, 3);
 }
 
 // More ranks than the machine has cores (a CPU run) are refused at once, before any rank starts,

@@ -77,7 +77,17 @@ std::vector<std::string> checked_launch(const std::vector<std::string>& words, c
                                         const CLI::App& sub, LaunchOptions& opt) {
   std::vector<std::string> command = launch_command(words, commands);
   const std::optional<Config> cfg = command_config(command);
-  check_launch(opt, cfg ? &*cfg : nullptr, sub.count("--nproc") > 0);
+  // --nproc and the command's own --dist.nproc override both say how many ranks: they must agree
+  // (the ranks' world size is --nproc's; the override would be dropped without a word). A
+  // config file's [dist] nproc is a default that --nproc replaces.
+  const bool nproc_given = sub.count("--nproc") > 0;
+  const bool nproc_override = std::any_of(command.begin(), command.end(), [](const std::string& w) {
+    return w == "--dist.nproc" || w.rfind("--dist.nproc=", 0) == 0;
+  });
+  if (nproc_given && nproc_override && cfg && cfg->dist.nproc != opt.nproc)
+    user_error("launch: --nproc {} and the command's --dist.nproc={} disagree: give one of them", opt.nproc,
+               cfg->dist.nproc);
+  check_launch(opt, cfg ? &*cfg : nullptr, nproc_given);
   return command;
 }
 
