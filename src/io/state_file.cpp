@@ -485,11 +485,8 @@ void StateFileReader::floats(const std::string& dataset, float* out, uint64_t n)
 }
 
 void StateFileReader::floats(const std::string& dataset, uint64_t first, float* out, uint64_t count) const {
-  const uint64_t have = length(dataset);
-  if (first > have || count > have - first)
-    user_error("{}: {} has {} elements, read of [{}, {}) past its end", path_, dataset, have, first, first + count);
-  if (count == 0) return;
   if (impl_->range_name != dataset) {
+    length(dataset);  // present and 1-D, else a UserError naming it
     impl_->close_range();
     // A cache of four chunks: a range that starts or ends inside a chunk leaves it cached for
     // the next range, so reading consecutive ranges reads (and checksums) each chunk once.
@@ -507,8 +504,19 @@ void StateFileReader::floats(const std::string& dataset, uint64_t first, float* 
     }
     impl_->range_name = dataset;
   }
-  const hsize_t start = first, n = count;
+  // The bounds from the open dataset: a read piece by piece opens it once, not once a piece.
   const hid_t space = H5Dget_space(impl_->range_ds);
+  hsize_t have = 0;
+  H5Sget_simple_extent_dims(space, &have, nullptr);
+  if (first > have || count > have - first) {
+    H5Sclose(space);
+    user_error("{}: {} has {} elements, read of [{}, {}) past its end", path_, dataset, have, first, first + count);
+  }
+  if (count == 0) {
+    H5Sclose(space);
+    return;
+  }
+  const hsize_t start = first, n = count;
   const hid_t mem = H5Screate_simple(1, &n, nullptr);
   H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &n, nullptr);
   const herr_t rc = H5Dread(impl_->range_ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, out);

@@ -280,11 +280,7 @@ void SafetensorsFile::read(const TensorInfo& t, uint64_t offset, uint64_t bytes,
                quote_name(t.name), bytes, header_.data_start + t.begin + offset);
 }
 
-void SafetensorsFile::read(const TensorInfo& t, void* dst) const {
-  if (!pread_full(fd_.get(), dst, t.nbytes(), header_.data_start + t.begin))
-    user_error("{}: cannot read tensor {} ({} bytes at offset {}): file truncated or unreadable", path_,
-               quote_name(t.name), t.nbytes(), header_.data_start + t.begin);
-}
+void SafetensorsFile::read(const TensorInfo& t, void* dst) const { read(t, 0, t.nbytes(), dst); }
 
 std::vector<uint8_t> SafetensorsFile::read(const TensorInfo& t) const {
   std::vector<uint8_t> out(t.nbytes());
