@@ -1,6 +1,7 @@
 // Where ranks come from (torchrun and Slurm variables, `bcdtrain launch`), and ranks that do not
 // agree on the run: refused before anyone trains. Training on several ranks: test_dist.cpp.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +19,9 @@
 #include "runtime/process_group.h"
 #include "runtime/run_identity.h"
 #include "runtime/run_setup.h"
+#ifdef BCD_HAVE_GLOO
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
 #include "dist_test_helpers.h"
 #include "test_util.h"
 
@@ -117,6 +121,207 @@ TEST(DistEnv, BadVariablesNameTheVariable) {
     ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
     EXPECT_NE(error_of([] { DistEnv::from_environment(); }).find("MASTER_PORT=70000"), std::string::npos);
   }
+}
+
+// One rank's variables, as DistEnv::from reads them (threads of one test each get their own).
+DistEnv::Lookup vars(const std::map<std::string, std::string>& m) {
+  return [m](const char* name) -> std::optional<std::string> {
+    const auto it = m.find(name);
+    if (it == m.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// A Kubeflow PyTorchJob sets RANK/WORLD_SIZE/MASTER_* and no LOCAL_RANK: one rank per pod, local
+// rank 0 (it was the global rank, so pod 3 of 4 asked for a fourth GPU it does not have).
+TEST(DistEnv, WithoutLocalRankEachRankIsAloneOnItsMachine) {
+  const DistEnv d = DistEnv::from(vars({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "job-master-0"},
+                                        {"MASTER_PORT", "23456"}}));
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.world_size, 4);
+  EXPECT_EQ(d.local_rank, 0);
+  EXPECT_EQ(d.local_world_size, 1);
+  EXPECT_EQ(d.master_addr, "job-master-0");
+  EXPECT_EQ(d.master_port, 23456);
+  EXPECT_FALSE(d.agent_store);
+  EXPECT_EQ(d.restart_count, 0);
+  const std::string err = error_of([] {
+    DistEnv::from(vars({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"LOCAL_RANK", "2"},
+                        {"LOCAL_WORLD_SIZE", "2"}}));
+  });
+  EXPECT_NE(err.find("local rank 2 is outside the 2 ranks on this machine"), std::string::npos) << err;
+}
+
+// torchrun's own variables: its agent serves the store, and which attempt of an elastic run this is.
+TEST(DistEnv, TorchrunsAgentStoreAndRestartCount) {
+  const DistEnv d = DistEnv::from(vars({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
+                                        {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},
+                                        {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+  EXPECT_TRUE(d.agent_store);
+  EXPECT_EQ(d.restart_count, 2);
+  EXPECT_FALSE(DistEnv::from(vars({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"}}))
+                   .agent_store);
+  EXPECT_NE(error_of([] {
+              DistEnv::from(vars({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RESTART_COUNT", "x"}}));
+            }).find("TORCHELASTIC_RESTART_COUNT=\"x\""),
+            std::string::npos);
+}
+
+// mpirun -np 4 -x MASTER_ADDR=n0: Open MPI's ranks, before the SLURM_PROCID=0 an allocation's
+// batch step leaves to every process mpirun starts.
+TEST(DistEnv, OpenMpiVariables) {
+  const DistEnv d = DistEnv::from(vars({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                        {"MASTER_ADDR", "n0"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  EXPECT_EQ(d.source, "OMPI_COMM_WORLD_RANK/SIZE");
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.world_size, 4);
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_world_size, 2);
+  EXPECT_EQ(d.master_addr, "n0");
+  EXPECT_EQ(d.master_port, 29500);
+  const std::string err =
+      error_of([] { DistEnv::from(vars({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}})); });
+  EXPECT_NE(err.find("mpirun -x MASTER_ADDR="), std::string::npos) << err;
+}
+
+// Kubeflow's PET_* (a TrainJob's, meant for torchrun): one rank per pod; more need a launcher.
+TEST(DistEnv, KubeflowPetVariables) {
+  const DistEnv d = DistEnv::from(vars({{"PET_NODE_RANK", "2"}, {"PET_NNODES", "3"}, {"PET_NPROC_PER_NODE", "1"},
+                                        {"PET_MASTER_ADDR", "train-node-0-0.train"}, {"PET_MASTER_PORT", "29400"}}));
+  EXPECT_EQ(d.rank, 2);
+  EXPECT_EQ(d.world_size, 3);
+  EXPECT_EQ(d.local_rank, 0);
+  EXPECT_EQ(d.local_world_size, 1);
+  EXPECT_EQ(d.master_addr, "train-node-0-0.train");
+  EXPECT_EQ(d.master_port, 29400);
+  const std::string err = error_of(
+      [] { DistEnv::from(vars({{"PET_NODE_RANK", "0"}, {"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "4"}})); });
+  EXPECT_NE(err.find("PET_NPROC_PER_NODE=4"), std::string::npos) << err;
+  EXPECT_NE(err.find("bcdtrain launch"), std::string::npos) << err;
+  EXPECT_NE(error_of([] { DistEnv::from(vars({{"PET_NODE_RANK", "0"}, {"PET_NNODES", "2"}})); }).find("PET_MASTER_ADDR"),
+            std::string::npos);
+}
+
+// srun --ntasks=4 over two nodes without --ntasks-per-node: no SLURM_NTASKS_PER_NODE, local id 1.
+TEST(DistEnv, SlurmWithoutTasksPerNodeCountsTheLocalId) {
+  const DistEnv d = DistEnv::from(vars({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
+                                        {"SLURM_JOB_NODELIST", "n[1-2]"}}));
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_world_size, 2);
+}
+
+// A rank that fails under torchrun leaves torch's error-file record (what @record writes) at
+// TORCHELASTIC_ERROR_FILE: torchrun prints its message as the root cause. None without the variable.
+TEST(DistEnv, AFailingRankWritesTorchrunsErrorFile) {
+  test::TempDir dir("bcd-error-file");
+  const std::string file = dir.file("error.json");
+  const auto before = std::chrono::system_clock::now();
+  const auto r = test::run_shell("TORCHELASTIC_ERROR_FILE=" + file + " " + BCD_BINARY + " train --config " +
+                                 test::source_path("configs/tiny.toml") + " --train.lr=-1 --train.run_dir=" +
+                                 dir.file("run"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(file)) << r.output;
+  const auto j = nlohmann::json::parse(test::read_text(file));
+  const std::string message = j.at("message").at("message").get<std::string>();
+  EXPECT_NE(message.find("[train] lr must be positive"), std::string::npos) << j.dump();
+  EXPECT_EQ(j.at("message").at("errorCode").get<int>(), 2);
+  const int64_t ts = std::stoll(j.at("message").at("extraInfo").at("timestamp").get<std::string>());
+  EXPECT_GE(ts, std::chrono::duration_cast<std::chrono::seconds>(before.time_since_epoch()).count() - 1);
+  const auto quiet = test::run_shell("TORCHELASTIC_ERROR_FILE= " + std::string(BCD_BINARY) + " train --config " +
+                                     test::source_path("configs/tiny.toml") + " --train.lr=-1");
+  EXPECT_EQ(quiet.exit_code, 2) << quiet.output;
+}
+
+// ---- Each launcher's variables form a group ----
+
+// Two ranks in threads of this process, each from its own variables: they connect, agree and sum.
+void expect_group_forms(const std::vector<std::map<std::string, std::string>>& rank_vars) {
+  DistConfig dc;
+  dc.backend = Backend::kGloo;
+  dc.timeout_s = 30;
+  std::vector<double> sums(rank_vars.size(), 0);
+  std::vector<std::string> errors(rank_vars.size());
+  std::vector<std::thread> ranks;
+  for (size_t r = 0; r < rank_vars.size(); ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        const DistEnv env = DistEnv::from(vars(rank_vars[r]));
+        auto pg = ProcessGroup::connect(env, dc, torch::kCPU);
+        pg->agree({{"run", "the same"}});
+        sums[r] = pg->sum_over_ranks({static_cast<double>(env.rank + 1)})[0];
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  const double n = static_cast<double>(rank_vars.size());
+  for (size_t r = 0; r < rank_vars.size(); ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(sums[r], n * (n + 1) / 2) << "rank " << r;
+  }
+}
+
+TEST(DistGroup, SrunStyleVariablesFormAGroup) {
+#ifndef BCD_HAVE_GLOO
+  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
+#endif
+  const std::string port = std::to_string(free_port());
+  std::vector<std::map<std::string, std::string>> v;
+  for (int r = 0; r < 2; ++r)
+    v.push_back({{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", std::to_string(r)},
+                 {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "127.0.0.1"}, {"MASTER_PORT", port}});
+  expect_group_forms(v);
+}
+
+TEST(DistGroup, OpenMpiStyleVariablesFormAGroup) {
+#ifndef BCD_HAVE_GLOO
+  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
+#endif
+  const std::string port = std::to_string(free_port());
+  std::vector<std::map<std::string, std::string>> v;
+  for (int r = 0; r < 2; ++r)
+    v.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                 {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                 {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  expect_group_forms(v);
+}
+
+TEST(DistGroup, KubeflowPetStyleVariablesFormAGroup) {
+#ifndef BCD_HAVE_GLOO
+  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
+#endif
+  const std::string port = std::to_string(free_port());
+  std::vector<std::map<std::string, std::string>> v;
+  for (int r = 0; r < 2; ++r)
+    v.push_back({{"PET_NODE_RANK", std::to_string(r)}, {"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "1"},
+                 {"PET_MASTER_ADDR", "127.0.0.1"}, {"PET_MASTER_PORT", port}});
+  expect_group_forms(v);
+}
+
+// torchrun's agent serves the store (here a TCPStore of this test in its place): every rank, rank 0
+// too, joins it as a client (a rank 0 that listened on the port would fail: it is taken), and a
+// restarted attempt agrees again on the same store, its keys apart from the earlier attempt's.
+TEST(DistGroup, RanksJoinTheAgentsStoreAndEachAttemptAgreesAnew) {
+#ifndef BCD_HAVE_GLOO
+  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
+#else
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = true;
+  so.waitWorkers = false;
+  const auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  const std::string port = std::to_string(agent->getPort());
+  for (const char* attempt : {"0", "1"}) {
+    std::vector<std::map<std::string, std::string>> v;
+    for (int r = 0; r < 2; ++r)
+      v.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
+                   {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+                   {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", attempt}});
+    SCOPED_TRACE(std::string("attempt ") + attempt);
+    expect_group_forms(v);
+  }
+#endif
 }
 
 // Each local rank computes on a GPU of its own: its LOCAL_RANK when it sees them all (launch,

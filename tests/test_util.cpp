@@ -90,10 +90,10 @@ uint64_t peak_rss_bytes(const std::string& args) {
   return static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
 }
 
-Background::Background(const std::string& args, const std::string& log) {
+Background::Background(const std::string& args, const std::string& log, const std::string& program) {
   pid = fork();
   if (pid == 0) {
-    const std::string cmd = "exec " + std::string(BCD_BINARY) + " " + args + " > " + log + " 2>&1";
+    const std::string cmd = "exec " + (program.empty() ? std::string(BCD_BINARY) : program) + " " + args + " > " + log + " 2>&1";
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }

@@ -41,10 +41,11 @@ std::string fortunes_dir();
 // it could not be run.
 uint64_t peak_rss_bytes(const std::string& args);
 
-// `bcdtrain ARGS` in the background (stdout and stderr to `log`), for signals and kills.
+// `bcdtrain ARGS` in the background (stdout and stderr to `log`), for signals and kills;
+// `program` in bcdtrain's place when given (a launcher: torchrun ... bcdtrain ...).
 struct Background {
   pid_t pid = -1;
-  Background(const std::string& args, const std::string& log);
+  Background(const std::string& args, const std::string& log, const std::string& program = "");
   int wait();  // exit code, or 128 + the signal that ended it
 };
 

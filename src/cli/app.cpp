@@ -25,6 +25,7 @@
 #include "base/stop.h"
 #include "cli/command.h"
 #include "io/state_file.h"
+#include "runtime/launcher.h"
 
 namespace {
 
@@ -122,6 +123,7 @@ int run_command_line(int argc, char** argv) {
     return 128 + e.signal();
   } catch (const UserError& e) {
     print_error("error", e.what());
+    write_launcher_error_file(e.what(), 2);
     if (state_file_abandoned()) {  // skip HDF5's exit handler: it would flush that file again
       std::fflush(nullptr);
       ::_exit(2);
@@ -129,17 +131,22 @@ int run_command_line(int argc, char** argv) {
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the user gave (or a directory under it) that the system refused: the user's to fix.
-    print_error("error", e.path1().empty() ? e.code().message()
-                                           : fmt::format("{}: {}", e.path1().string(), e.code().message()));
+    const std::string what = e.path1().empty() ? e.code().message()
+                                               : fmt::format("{}: {}", e.path1().string(), e.code().message());
+    print_error("error", what);
+    write_launcher_error_file(what, 2);
     return 2;
   } catch (const InternalError& e) {
     print_error("internal error", e.what());
+    write_launcher_error_file(std::string("internal error: ") + e.what(), 1);
     return 1;
   } catch (const c10::Error& e) {
     fmt::print(stderr, "bcdtrain: torch error: {}\n", printable(e.what_without_backtrace()));
+    write_launcher_error_file(std::string("torch error: ") + e.what_without_backtrace(), 1);
     return 1;
   } catch (const std::exception& e) {
     print_error("error", e.what());
+    write_launcher_error_file(e.what(), 1);
     return 1;
   }
 }

@@ -39,4 +39,9 @@ void check_launch(LaunchOptions& opt, const Config* cfg, bool nproc_given);
 // after starting each rank.
 int launch_ranks(const LaunchOptions& opt, const std::vector<std::string>& command);
 
+// Under torchrun (TORCHELASTIC_ERROR_FILE set): the error that ends this rank, in the JSON form of
+// torch's @record (message, exit code, timestamp), so torchrun reports it as the root cause
+// instead of "exitcode 1". Nothing without the variable; a file it cannot write is let go.
+void write_launcher_error_file(const std::string& message, int exit_code);
+
 }  // namespace bcd

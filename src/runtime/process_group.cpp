@@ -16,6 +16,7 @@
 #if defined(BCD_HAVE_GLOO) || defined(BCD_HAVE_NCCL)
 #define BCD_HAVE_C10D 1
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 #ifdef BCD_HAVE_GLOO
@@ -143,6 +144,10 @@ void quiet_c10d_logs() {
 std::string rendezvous_failure(const DistEnv& env, int64_t timeout_s, double waited, const std::string& why) {
   const std::string at = fmt::format("{}:{}", env.master_addr, env.master_port);
   const bool timed_out = waited >= 0.9 * static_cast<double>(timeout_s);
+  if (env.agent_store)
+    return fmt::format("rank {}: {} torchrun's store at {} ({}, TORCHELASTIC_USE_AGENT_STORE=True){}: {}", env.rank,
+                       timed_out ? "no answer from" : "could not reach", at, env.source,
+                       timed_out ? fmt::format(" within {} s ([dist] timeout_s)", timeout_s) : "", why);
   if (env.rank == 0 && !timed_out) {
     const bool busy = why.find("EADDRINUSE") != std::string::npos || why.find("already in use") != std::string::npos;
     if (busy)
@@ -217,11 +222,14 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistEnv& env, const Di
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = env.rank == 0;
+    so.isServer = env.rank == 0 && !env.agent_store;  // torchrun's agent serves it already (torch's env://)
     so.numWorkers = env.world_size;
     so.waitWorkers = true;
     so.timeout = impl->timeout;
-    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    // Each attempt of an elastic run in keys of its own: torchrun's agent keeps its store across
+    // restarts, and the counters of an earlier attempt's agreement would mislead this one's.
+    impl->store = c10::make_intrusive<c10d::PrefixStore>(
+        fmt::format("bcdtrain/attempt_{}", env.restart_count), c10::make_intrusive<c10d::TCPStore>(env.master_addr, so));
   } catch (const std::exception& e) {
     throw UserError(rendezvous_failure(env, cfg.timeout_s, seconds_since(t0), one_line(e)));
   }

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,12 +22,22 @@ struct Event;
 
 namespace bcd {
 
-// This process's place in the run, from the environment:
-// - torchrun / `bcdtrain launch`: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
+// This process's place in the run, from the environment, the first of these that is set:
+// - torchrun / `bcdtrain launch` / a Kubeflow PyTorchJob: RANK, WORLD_SIZE, LOCAL_RANK,
+//   LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Without LOCAL_RANK (a PyTorchJob: one rank per
+//   pod) the rank is alone on its machine: local rank 0 of LOCAL_WORLD_SIZE, else 1. Under
+//   torchrun, TORCHELASTIC_USE_AGENT_STORE=True says its agent already serves the store at
+//   MASTER_ADDR:MASTER_PORT (every rank joins it as a client, as torch's env:// does), and
+//   TORCHELASTIC_RESTART_COUNT which attempt of an elastic run this is;
+// - Open MPI (mpirun): OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, with MASTER_ADDR
+//   set by the user (mpirun -x MASTER_ADDR=host), MASTER_PORT or 29500;
 // - Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
 //   SLURM_JOB_NODELIST as the store's host (MASTER_ADDR wins when set), MASTER_PORT or
 //   29500 + SLURM_JOB_ID % 1000;
-// - neither: one rank.
+// - Kubeflow's PET_* (what a TrainJob gives torchrun): PET_NODE_RANK of PET_NNODES pods, one rank
+//   each (PET_NPROC_PER_NODE above 1 needs a launcher: `bcdtrain launch` or torchrun), the store
+//   at PET_MASTER_ADDR:PET_MASTER_PORT (MASTER_ADDR/MASTER_PORT win when set);
+// - none: one rank.
 struct DistEnv {
   int rank = 0;
   int world_size = 1;
@@ -35,9 +46,14 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string source = "single process";  // which variables it came from (for messages)
+  bool agent_store = false;   // the launcher serves the store (torchrun's agent): rank 0 joins it too
+  int restart_count = 0;      // TORCHELASTIC_RESTART_COUNT: > 0 in a run torchrun restarted
 
+  // A variable's value, nullopt when it is not set.
+  using Lookup = std::function<std::optional<std::string>(const char*)>;
   // UserError naming the variable when one is malformed or they contradict each other.
   static DistEnv from_environment();
+  static DistEnv from(const Lookup& env);  // the same from other variables (tests: one map per rank)
 };
 
 // The first host of a Slurm node list: "gpu[03-05,09],cpu1" -> "gpu03".

@@ -291,7 +291,8 @@ double evaluate_val_loss(const LlamaModel& model, const std::vector<DataSource>&
 // directory holding another run's checkpoints (their higher step numbers would outlive its own,
 // and --resume would continue the old run) unless told to delete them.
 std::unique_ptr<DirLock> claim_run_dir(const Config& cfg, bool resuming, bool overwrite) {
-  if (DistEnv::from_environment().rank != 0) return nullptr;
+  const DistEnv env = DistEnv::from_environment();
+  if (env.rank != 0) return nullptr;
   const std::string& dir = cfg.train.run_dir;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -299,6 +300,14 @@ std::unique_ptr<DirLock> claim_run_dir(const Config& cfg, bool resuming, bool ov
   auto lock = std::make_unique<DirLock>(dir, "run directory");
   const std::string ckpts = dir + "/checkpoints";
   const std::vector<std::string> old = fs::is_directory(ckpts) ? list_checkpoints(ckpts) : std::vector<std::string>{};
+  // torchrun restarted every rank after one failed: a fresh start would throw the earlier
+  // attempt's steps away (with --overwrite) or stop on its checkpoints; only a resume continues.
+  if (!resuming && env.restart_count > 0 && (!old.empty() || fs::exists(dir + "/metrics.jsonl")))
+    user_error("TORCHELASTIC_RESTART_COUNT={}: torchrun restarted this run after a rank failed, and {} holds what the "
+               "earlier attempt wrote{}; add --resume=auto (with --config) so that a restart continues from the "
+               "newest checkpoint instead of starting again from step 0",
+               env.restart_count, dir,
+               old.empty() ? "" : fmt::format(" (newest checkpoint {})", fs::path(old.back()).filename().string()));
   if (resuming || old.empty()) return lock;
   if (!overwrite)
     user_error("{}: holds {} checkpoint(s) of an earlier run (newest {}); continue it with `bcdtrain train --resume "
