@@ -7,11 +7,15 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/model_shape.h"
 #include "model/hf_config.h"
+#include "model/llama.h"
 #include "test_util.h"
 
 namespace bcd {
 namespace {
+
+using test::error_of;
 
 TEST(HfConfig, MapsLlamaMistralQwen2) {
   test::TempDir dir;
@@ -195,6 +199,55 @@ TEST(HfConfig, RefusesUnimplementedMathAndNamesUnknownKeys) {
   EXPECT_NE(err.find("aa_other, zz_custom"), std::string::npos) << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;  // one line, once
   EXPECT_EQ(err.find("use_cache"), std::string::npos) << err;
+}
+
+// max_position_embeddings sized the rotary tables: 2^24 made a 6M-parameter model take 2.5 GB
+// and 23 s to build, 2^27 a raw allocation failure. The tables now hold what a run uses (4096
+// positions to start), and a context beyond any model's is refused naming the key.
+TEST(HfConfig, TheDeclaredContextSizesNoTableAndAnAbsurdOneIsRefused) {
+  test::TempDir dir("bcd-hf-context");
+  const std::string shape = R"("model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2)";
+  test::write_text(dir.file("long.json"), "{" + shape + R"(, "max_position_embeddings": 16777216})");
+  const ModelConfig m = model_config_from_hf(dir.file("long.json"), ModelConfig{});
+  EXPECT_EQ(m.max_seq_len, 16777216);
+  const LlamaModel model(m);
+  EXPECT_EQ(model.rope_positions(), 4096);
+  test::write_text(dir.file("absurd.json"), "{" + shape + R"(, "max_position_embeddings": 134217728})");
+  const std::string err = error_of([&] { model_config_from_hf(dir.file("absurd.json"), ModelConfig{}); });
+  EXPECT_NE(err.find("absurd.json: max_position_embeddings 134217728 is beyond any model's context"), std::string::npos)
+      << err;
+  ModelConfig flag = m;
+  flag.max_seq_len = int64_t{1} << 29;
+  const std::string ferr = error_of([&] { block_shapes(flag); });
+  EXPECT_NE(ferr.find("max_seq_len 536870912 is beyond any model's context"), std::string::npos) << ferr;
+}
+
+// sliding_window 0 or -1 used to read as "no window", and llama layers marked sliding_attention
+// were accepted: transformers fails on both, so they are refused by name. A Qwen window that
+// use_sliding_window switches off stays inert, whatever its value.
+TEST(HfConfig, AZeroOrNegativeWindowAndSlidingLlamaLayersAreRefused) {
+  test::TempDir dir("bcd-hf-window");
+  const std::string shape = R"("vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512)";
+  auto err = [&](const std::string& name, const std::string& rest) {
+    test::write_text(dir.file(name), "{" + shape + ", " + rest + "}");
+    return error_of([&] { model_config_from_hf(dir.file(name), ModelConfig{}); });
+  };
+  for (const char* w : {"0", "-1"}) {
+    const std::string e = err("m.json", std::string(R"("model_type": "mistral", "sliding_window": )") + w);
+    EXPECT_NE(e.find(std::string("m.json: sliding_window ") + w + ": expected a positive window, or null"),
+              std::string::npos) << e;
+    const std::string q = err("q.json", std::string(R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": )") + w);
+    EXPECT_NE(q.find("sliding_window"), std::string::npos) << q;
+  }
+  EXPECT_EQ(err("off.json", R"("model_type": "qwen2", "use_sliding_window": false, "sliding_window": 0)"), "");
+  EXPECT_EQ(err("none.json", R"("model_type": "mistral", "sliding_window": null)"), "");
+  const std::string l = err("l.json", R"("model_type": "llama", "layer_types": ["sliding_attention", "full_attention"])");
+  EXPECT_NE(l.find("layer 0 sliding_attention, which llama models do not have"), std::string::npos) << l;
+  EXPECT_EQ(err("lf.json", R"("model_type": "llama", "layer_types": ["full_attention", "full_attention"])"), "");
+  const std::string q = err("qs.json", R"("model_type": "qwen3", "layer_types": ["full_attention", "sliding_attention"])");
+  EXPECT_NE(q.find("layer 1 sliding_attention with no sliding_window set"), std::string::npos) << q;
 }
 
 TEST(HfConfig, RejectsUnsupportedInputNamingTheFile) {

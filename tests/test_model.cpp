@@ -126,8 +126,8 @@ TEST(Model, RotaryMatchesDirectFormula) {
   const int64_t d = cfg.head_dim(), t = 9;
   torch::manual_seed(4);
   torch::Tensor x = torch::randn({1, 1, t, d}, torch::kFloat64);
-  torch::Tensor out = apply_rotary(x, m.rope_cos().narrow(0, 0, t).to(torch::kFloat64),
-                                   m.rope_sin().narrow(0, 0, t).to(torch::kFloat64));
+  const auto [cos, sin] = m.rope(t);
+  torch::Tensor out = apply_rotary(x, cos.to(torch::kFloat64), sin.to(torch::kFloat64));
   auto xa = x.accessor<double, 4>();
   auto oa = out.accessor<double, 4>();
   for (int64_t p = 0; p < t; ++p) {
@@ -142,20 +142,35 @@ TEST(Model, RotaryMatchesDirectFormula) {
   }
 }
 
-// The tables are built a chunk of positions at a time; every position past the first chunk
-// holds exactly what one whole-table computation gives (the planner counts only the tables).
+// The tables are built a chunk of positions at a time, and grown as longer sequences come;
+// every position past the first chunk holds exactly what one whole-table computation gives
+// (the planner counts only the tables). They start at 4096 positions, whatever the declared
+// context: a model that declares 2^25 positions builds no table of 2^25.
 TEST(Model, RotaryTablesBuiltInChunksAreTheWholeTable) {
   ModelConfig cfg = tiny_config();
   cfg.max_seq_len = 9000;
   LlamaModel m(cfg);
+  EXPECT_EQ(m.rope_positions(), 4096);
+  const auto [c100, s100] = m.rope(100);
+  EXPECT_EQ(c100.size(0), 100);
+  EXPECT_EQ(m.rope_positions(), 4096);
+  const auto [c5000, s5000] = m.rope(5000);
+  EXPECT_EQ(m.rope_positions(), 8192);
+  EXPECT_TRUE(torch::equal(c5000.narrow(0, 0, 100), c100));
+  m.reserve_positions(100000);
+  EXPECT_EQ(m.rope_positions(), 9000);
+  ModelConfig huge = tiny_config();
+  huge.max_seq_len = kMaxPositions;
+  EXPECT_EQ(LlamaModel(huge).rope_bytes(), 2u * 4096 * static_cast<uint64_t>(huge.head_dim()) * 4);
   const int64_t d = cfg.head_dim();
   // transformers' computation (LlamaRotaryEmbedding), in fp32 over every position at once.
   torch::Tensor inv = 1.0 / torch::pow(cfg.rope_theta, torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat32) / d);
   torch::Tensor f = torch::matmul(inv.view({1, d / 2, 1}), torch::arange(cfg.max_seq_len).to(torch::kFloat32).view({1, 1, -1}))
                         .transpose(1, 2)[0];
   torch::Tensor emb = torch::cat({f, f}, -1);
-  EXPECT_TRUE(torch::equal(m.rope_cos(), emb.cos()));
-  EXPECT_TRUE(torch::equal(m.rope_sin(), emb.sin()));
+  const auto [cos, sin] = m.rope(cfg.max_seq_len);
+  EXPECT_TRUE(torch::equal(cos, emb.cos()));
+  EXPECT_TRUE(torch::equal(sin, emb.sin()));
 }
 
 TEST(Model, RotaryScoresDependOnlyOnRelativePosition) {
@@ -165,7 +180,8 @@ TEST(Model, RotaryScoresDependOnlyOnRelativePosition) {
   torch::manual_seed(6);
   torch::Tensor q = torch::randn({1, 1, 1, d}), k = torch::randn({1, 1, 1, d});
   auto rot = [&](const torch::Tensor& v, int64_t p) {
-    return apply_rotary(v, m.rope_cos().narrow(0, p, 1), m.rope_sin().narrow(0, p, 1));
+    const auto [cos, sin] = m.rope(p + 1);
+    return apply_rotary(v, cos.narrow(0, p, 1), sin.narrow(0, p, 1));
   };
   const double s1 = (rot(q, 10) * rot(k, 7)).sum().item<double>();
   const double s2 = (rot(q, 5) * rot(k, 2)).sum().item<double>();

@@ -88,7 +88,7 @@ TEST_P(PlannerStreamBytes, ComputeAndHostWorkingBytes) {
   ASSERT_TRUE(p.fits) << p.why_not;
   const std::vector<BlockShape> shapes = block_shapes(m);
   const uint64_t layer = static_cast<uint64_t>(shapes[1].numel) * 2;
-  const uint64_t resident = static_cast<uint64_t>(shapes.front().numel + shapes.back().numel) * 2 + rope_table_bytes(m, Dtype::kBf16);
+  const uint64_t resident = static_cast<uint64_t>(shapes.front().numel + shapes.back().numel) * 2 + rope_table_bytes(m, Dtype::kBf16, t.seq_len);
   const std::string kind = blocks;
   // one unit of everything; layers_per_block layers; half a layer (its block is one buffer)
   const uint64_t active = kind == "whole" ? 5 * layer : kind == "layer" ? static_cast<uint64_t>(lpb) * layer : layer;

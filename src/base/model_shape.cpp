@@ -19,17 +19,24 @@ void check_shape_bounds(const ModelConfig& cfg) {
   constexpr double kMaxElems = static_cast<double>(int64_t{1} << 50);  // 4 PiB of fp32
   if (cfg.n_layers > kMaxLayers)
     user_error("model: n_layers {} is beyond any model a machine holds (at most {})", cfg.n_layers, kMaxLayers);
-  const double params = cfg.n_params(), d = static_cast<double>(cfg.head_dim());
+  const double params = cfg.n_params();
   if (params > kMaxElems)
     user_error("model: {} layers of d_model {}, d_ff {} with vocab_size {} make {:.3g} parameters, beyond any "
                "machine (at most 2^50)",
                cfg.n_layers, cfg.d_model, cfg.ff_dim(), cfg.vocab_size, params);
-  if (static_cast<double>(cfg.max_seq_len) * d > kMaxElems)
-    user_error("model: max_seq_len {} makes rotary tables of {:.3g} elements, beyond any machine", cfg.max_seq_len,
-               static_cast<double>(cfg.max_seq_len) * d);
+  if (cfg.max_seq_len > kMaxPositions)
+    user_error("model: max_seq_len {} is beyond any model's context (the longest released is 10M positions); at "
+               "most {}",
+               cfg.max_seq_len, kMaxPositions);
 }
 
 }  // namespace
+
+int64_t rope_table_positions(const ModelConfig& cfg, int64_t tokens) {
+  constexpr int64_t kStep = 4096;
+  const int64_t want = (std::max<int64_t>(tokens, 1) + kStep - 1) / kStep * kStep;
+  return std::min(want, cfg.max_seq_len);
+}
 
 int64_t SlotShape::numel() const {
   int64_t n = 1;

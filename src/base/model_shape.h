@@ -69,6 +69,16 @@ BlockShape layout_block(std::string name, const std::vector<SlotShape>& slots);
 std::vector<BlockShape> block_shapes(const ModelConfig& cfg);
 int64_t count_params(const ModelConfig& cfg);  // sum of BlockShape::params (no padding)
 
+// ---- Rotary tables ----
+
+// The longest context a model may declare (max_seq_len, HF max_position_embeddings): 2^25
+// positions, three times the longest released (10M). Above it the value is a mistake.
+constexpr int64_t kMaxPositions = int64_t{1} << 25;
+// Positions the rotary tables hold for sequences of up to `tokens`: the multiple of 4096 at or
+// above it, at most max_seq_len. The tables grow to what a run uses (the model, model/llama.h),
+// not to the context the model declares, and the planner counts the same.
+int64_t rope_table_positions(const ModelConfig& cfg, int64_t tokens);
+
 // ---- BCD units ----
 
 // What a BCD unit trains of one block: the segments of `part` (kNone: every segment) within the

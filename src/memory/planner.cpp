@@ -151,7 +151,7 @@ void plan_compute(const PlanInputs& in, MemoryPlan& plan) {
     max_grad = std::max(max_grad, static_cast<uint64_t>(u.grad_elems) * in.gw);
   }
   for (const auto& s : in.shapes) plan.compute.by_kind[kind(StateKind::kWorking)] += static_cast<uint64_t>(s.numel) * in.w;
-  plan.compute.by_kind[kind(StateKind::kWorking)] += rope_table_bytes(in.model, in.train.dtype);
+  plan.compute.by_kind[kind(StateKind::kWorking)] += rope_table_bytes(in.model, in.train.dtype, in.train.seq_len);
   plan.compute.by_kind[kind(StateKind::kMaster)] = in.separate_master ? max_state : 0;
   plan.compute.by_kind[kind(StateKind::kAdamM)] = max_state;
   plan.compute.by_kind[kind(StateKind::kAdamV)] = max_state;

@@ -17,8 +17,9 @@ namespace bcd {
 
 // ---- Shapes: the model's blocks and units (base/model_shape.h), and what the planner adds ----
 
-// LlamaModel's rotary cos and sin tables: 2 x max_seq_len x head_dim in the working dtype.
-uint64_t rope_table_bytes(const ModelConfig& model, Dtype dtype);
+// LlamaModel's rotary cos and sin tables for sequences of seq_len tokens: 2 x
+// rope_table_positions x head_dim in the working dtype.
+uint64_t rope_table_bytes(const ModelConfig& model, Dtype dtype, int64_t seq_len);
 
 // The slice of a unit's S state elements that rank `rank` of `ranks` owns when the block state
 // is sharded (dist.shard_state): ceil(S / ranks) elements from rank * ceil(S / ranks), the last

@@ -7,9 +7,9 @@
 
 namespace bcd {
 
-uint64_t rope_table_bytes(const ModelConfig& m, Dtype dtype) {
+uint64_t rope_table_bytes(const ModelConfig& m, Dtype dtype, int64_t seq_len) {
   const uint64_t w = dtype == Dtype::kBf16 ? 2 : 4;
-  return 2 * static_cast<uint64_t>(m.max_seq_len) * static_cast<uint64_t>(m.head_dim()) * w;
+  return 2 * static_cast<uint64_t>(rope_table_positions(m, seq_len)) * static_cast<uint64_t>(m.head_dim()) * w;
 }
 
 ShardRange shard_range(int64_t elems, int rank, int ranks) {

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "base/error.h"
+#include "base/model_shape.h"
 #include "base/json_read.h"
 
 namespace bcd {
@@ -294,6 +295,9 @@ void check_attention_kinds(HfReader& r, const Family& fam, const ModelConfig& m)
   const bool switched_on = fam.window_switch ? r.get_or<bool>("use_sliding_window", false) : true;
   if (r.has("sliding_window")) window = r.get<int64_t>("sliding_window");
   else if (r.present("sliding_window")) window = 0;  // null: none
+  // 0 and -1 are no "none" (that is null): transformers fails to build such a model.
+  if (window <= 0 && r.has("sliding_window") && switched_on)
+    user_error("{}: sliding_window {}: expected a positive window, or null for none", r.path(), window);
   if (fam.window_switch && !switched_on) window = 0;
   // Qwen: layers from max_window_layers up slide (transformers' layer_types default).
   int64_t first_sliding = 0;
@@ -320,6 +324,14 @@ void check_attention_kinds(HfReader& r, const Family& fam, const ModelConfig& m)
     if (kind != "sliding_attention")
       user_error("{}: \"layer_types\" names \"{}\" for layer {} (bcdtrain implements full_attention only)", r.path(),
                  kind, i);
+    if (fam.family == HfFamily::kLlama)
+      user_error("{}: \"layer_types\" makes layer {} sliding_attention, which llama models do not have "
+                 "(transformers fails on it; bcdtrain implements full attention only)",
+                 r.path(), i);
+    if (window <= 0)
+      user_error("{}: \"layer_types\" makes layer {} sliding_attention with no sliding_window set (transformers fails "
+                 "on it; bcdtrain implements full attention only)",
+                 r.path(), i);
     refuse_window(static_cast<int64_t>(i));
   }
 }
@@ -364,6 +376,10 @@ ModelConfig model_config_from_hf(const std::string& path, const ModelConfig& bas
                                   {"intermediate_size", m.d_ff}})
     if (size <= 0) user_error("{}: {} must be positive, got {}", path, key, size);
   if (m.max_seq_len <= 0) user_error("{}: max_position_embeddings must be positive, got {}", path, m.max_seq_len);
+  if (m.max_seq_len > kMaxPositions)
+    user_error("{}: max_position_embeddings {} is beyond any model's context (the longest released is 10M "
+               "positions); bcdtrain reads at most {}",
+               path, m.max_seq_len, kMaxPositions);
 
   // The head dimension: explicit (Mistral-Nemo, Qwen3), else hidden_size / num_attention_heads.
   const int64_t implied = m.d_model / m.n_heads;

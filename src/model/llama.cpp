@@ -211,22 +211,52 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, torch::TensorOptions opts, std::o
     blocks_.emplace_back(model_block_name(cfg, b), model_block_slots(cfg, b), opts, store(b));
   }
 
-  // Rotary tables, computed in fp32 on the CPU as transformers computes them (model/rope.h), then
-  // cast: every device and dtype sees the same angles. Built a few thousand positions at a time:
-  // the transients stay small whatever max_seq_len is, and the tables themselves are what the
-  // planner counts (rope_table_bytes).
-  const int64_t d = cfg.head_dim();
-  const torch::Tensor inv_freq = rope_inv_freq(cfg);
-  cos_ = torch::empty({cfg.max_seq_len, d}, opts);
-  sin_ = torch::empty({cfg.max_seq_len, d}, opts);
-  constexpr int64_t kChunk = 4096;
-  for (int64_t p0 = 0; p0 < cfg.max_seq_len; p0 += kChunk) {
-    const int64_t len = std::min(kChunk, cfg.max_seq_len - p0);
-    const auto [cos, sin] = rope_tables(cfg, inv_freq, p0, len);
-    cos_.narrow(0, p0, len).copy_(cos.to(opts.dtype()));
-    sin_.narrow(0, p0, len).copy_(sin.to(opts.dtype()));
-  }
+  reserve_positions(1);
   if (seed) init_weights(*seed);
+}
+
+// Rotary tables, computed in fp32 on the CPU as transformers computes them (model/rope.h), then
+// cast: every device and dtype sees the same angles. The new positions are built a few thousand
+// at a time (the transients stay small); the tables are what the planner counts
+// (rope_table_bytes).
+void LlamaModel::grow_rope(int64_t tokens) const {
+  const int64_t want = rope_table_positions(cfg_, tokens);
+  const int64_t have = cos_.defined() ? cos_.size(0) : 0;
+  if (want <= have) return;
+  const int64_t d = cfg_.head_dim();
+  const torch::Tensor inv_freq = rope_inv_freq(cfg_);
+  torch::Tensor cos = torch::empty({want, d}, opts_), sin = torch::empty({want, d}, opts_);
+  if (have > 0) cos.narrow(0, 0, have).copy_(cos_), sin.narrow(0, 0, have).copy_(sin_);
+  constexpr int64_t kChunk = 4096;
+  for (int64_t p0 = have; p0 < want; p0 += kChunk) {
+    const int64_t len = std::min(kChunk, want - p0);
+    const auto [c, s] = rope_tables(cfg_, inv_freq, p0, len);
+    cos.narrow(0, p0, len).copy_(c.to(opts_.dtype()));
+    sin.narrow(0, p0, len).copy_(s.to(opts_.dtype()));
+  }
+  cos_ = cos, sin_ = sin;  // views handed out before keep the old tables alive
+}
+
+std::pair<torch::Tensor, torch::Tensor> LlamaModel::rope(int64_t tokens) const {
+  BCD_CHECK(tokens >= 1 && tokens <= cfg_.max_seq_len, "rope({}) with max_seq_len {}", tokens, cfg_.max_seq_len);
+  const std::lock_guard<std::mutex> lock(*rope_mu_);
+  grow_rope(tokens);
+  return {cos_.narrow(0, 0, tokens), sin_.narrow(0, 0, tokens)};
+}
+
+void LlamaModel::reserve_positions(int64_t tokens) const {
+  const std::lock_guard<std::mutex> lock(*rope_mu_);
+  grow_rope(std::min(tokens, cfg_.max_seq_len));
+}
+
+int64_t LlamaModel::rope_positions() const {
+  const std::lock_guard<std::mutex> lock(*rope_mu_);
+  return cos_.size(0);
+}
+
+uint64_t LlamaModel::rope_bytes() const {
+  const std::lock_guard<std::mutex> lock(*rope_mu_);
+  return static_cast<uint64_t>(cos_.nbytes() + sin_.nbytes());
 }
 
 BlockAccess::BlockAccess(const LlamaModel& model, int block) : w_(model.layer_weights()), block_(block) {
@@ -340,7 +370,7 @@ torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const
   const Block& b = blocks_.at(layer + 1);
   const int64_t bsz = x.size(0), t = x.size(1);
   const int64_t h = cfg_.n_heads, kv = cfg_.kv_heads(), d = cfg_.head_dim();
-  torch::Tensor cos = cos_.narrow(0, 0, t), sin = sin_.narrow(0, 0, t);
+  const auto [cos, sin] = rope(t);
 
   // attention: (B, T, C) -> q (B, H, T, D), k/v (B, KV, T, D)
   torch::Tensor hn = rms_norm(x, b.param("attn_norm"), cfg_.norm_eps);

@@ -9,7 +9,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "data/batch.h"
@@ -118,10 +121,15 @@ class LlamaModel {
   // After a backward: every trainable block's autograd buffer into its fp32 sum (Block::accumulate_grad).
   void accumulate_grads();
 
-  // Rotary tables (max_seq_len, D) in the working dtype: cos and sin of position * inv_freq,
-  // the D/2 frequencies repeated twice (HF layout).
-  const torch::Tensor& rope_cos() const { return cos_; }
-  const torch::Tensor& rope_sin() const { return sin_; }
+  // Rotary tables (positions, D) in the working dtype: cos and sin of position * inv_freq, the
+  // D/2 frequencies repeated twice (HF layout), for the first `tokens` positions (<= max_seq_len).
+  // They hold rope_table_positions (base/model_shape.h) of the longest sequence seen so far,
+  // grown when a longer one comes (the declared context, up to 2^25 positions, may be far more
+  // than a run uses); reserve_positions grows them ahead, before memory is counted. Thread-safe.
+  std::pair<torch::Tensor, torch::Tensor> rope(int64_t tokens) const;
+  void reserve_positions(int64_t tokens) const;
+  int64_t rope_positions() const;  // held now
+  uint64_t rope_bytes() const;     // of both tables now
 
  private:
   torch::Tensor embed_weight() const;
@@ -139,10 +147,13 @@ class LlamaModel {
   // layers from grad_from's down the checkpointed backward recomputes.
   void expect_pass(int first_layer, int end_layer, bool backward, int grad_from) const;
 
+  void grow_rope(int64_t tokens) const;  // under *rope_mu_
+
   ModelConfig cfg_;
   torch::TensorOptions opts_;
   std::vector<Block> blocks_;
-  torch::Tensor cos_, sin_;
+  mutable std::shared_ptr<std::mutex> rope_mu_ = std::make_shared<std::mutex>();
+  mutable torch::Tensor cos_, sin_;
   LayerWeights* weights_ = nullptr;
 };
 

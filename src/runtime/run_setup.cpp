@@ -143,12 +143,14 @@ torch::TensorOptions working_options(const TrainConfig& tc, const torch::Device&
 }
 
 // The working weights resident on the compute tier: every block but the streamed ones (whose
-// host copy, window and active buffer StreamedWeights charges), and the rotary tables.
-uint64_t working_bytes(LlamaModel& model, const StreamedWeights* streamed) {
+// host copy, window and active buffer StreamedWeights charges), and the rotary tables, grown
+// first to the run's sequences (as the planner counts them).
+uint64_t working_bytes(LlamaModel& model, const StreamedWeights* streamed, int64_t seq_len) {
+  model.reserve_positions(seq_len);
   uint64_t bytes = 0;
   for (int i = 0; i < model.n_blocks(); ++i)
     if (!streamed || !streamed->streams(i)) bytes += static_cast<uint64_t>(model.block(i).data().nbytes());
-  return bytes + static_cast<uint64_t>(model.rope_cos().nbytes() + model.rope_sin().nbytes());
+  return bytes + model.rope_bytes();
 }
 
 // BCD_NVME_FAULTS: injected NVMe faults for a whole run (io/fault_engine.h), to see what a failing
@@ -214,7 +216,7 @@ RunSetup::RunSetup(Config config, std::string resume)
       streamed(make_streamed(plan, cfg, device, acct, *pg, dist_env, nvme_faults)),
       model(cfg.model, working_options(cfg.train, device), std::nullopt,  // drawn or read below, once
             streamed ? LlamaModel::BlockStorage([this](int b) { return streamed->storage(b); }) : LlamaModel::BlockStorage()),
-      working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model, streamed.get())),
+      working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model, streamed.get(), cfg.train.seq_len)),
       units(make_units(model, cfg.bcd)),
       sched(static_cast<int>(units.size()), cfg.bcd, static_cast<uint64_t>(cfg.train.seed), fixed_order(units, cfg.bcd)),
       resume_from(std::move(resume)) {
