@@ -350,6 +350,37 @@ TEST_F(Checkpoints, CorruptOrTruncatedCheckpointIsAClearError) {
       << g.output;
 }
 
+// A copied checkpoint resumed as a file used to continue in the run directory its config names:
+// a finished run's model.h5 and later checkpoints were replaced. Refused now, naming what is
+// there; --train.run_dir elsewhere goes on, leaving the run as it was; --overwrite writes over
+// it, removing the later checkpoints first (a later --resume of the directory must not find them).
+TEST_F(Checkpoints, AResumeFromACopiedCheckpointDoesNotWriteOverTheRunItCameFrom) {
+  const std::string run = path("copied");
+  auto a = test::run_bcdtrain(args(run, " --train.steps=6 --train.checkpoint_every=2 --train.keep_checkpoints=0"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::string copy = path("copy-step2.h5");
+  fs::copy_file(run + "/checkpoints/step-00000002.h5", copy);
+  const std::string model = test::read_text(run + "/model.h5");
+  auto r = test::run_bcdtrain("train --quiet --resume " + copy + " --train.lr=0.01");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("it would continue in " + run + ", which holds 2 checkpoint(s) after step 2 (newest "
+                          "step-00000006.h5) and a finished run's model.h5"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(test::read_text(run + "/model.h5"), model);
+  EXPECT_EQ(list_checkpoints(run + "/checkpoints").size(), 3u);
+  auto e = test::run_bcdtrain("train --resume " + copy + " --train.lr=0.01 --train.run_dir=" + path("copied-elsewhere"));
+  EXPECT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("resuming " + copy + " (step 2) in " + path("copied-elsewhere")), std::string::npos) << e.output;
+  EXPECT_EQ(test::read_text(run + "/model.h5"), model);
+  auto o = test::run_bcdtrain("train --quiet --resume " + copy + " --train.lr=0.01 --overwrite --train.steps=4");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  std::vector<std::string> names;
+  for (const auto& c : list_checkpoints(run + "/checkpoints")) names.push_back(fs::path(c).filename().string());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000002.h5", "step-00000004.h5"}));
+  EXPECT_NE(test::read_text(run + "/model.h5"), model);
+}
+
 // A sharded run's slice files go with their checkpoint file: retention removes an old
 // checkpoint's slices, and slices of no checkpoint (a save that stopped before its checkpoint
 // file, or an earlier save of the same step) go at the next prune; a checkpoint file that cannot

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -34,6 +35,39 @@ int dry_run(const Config& cfg) {
 // run see it held by their own rank 0, and do not look.
 void refuse_busy_run_dir(const std::string& dir) {
   if (DistEnv::from_environment().rank == 0) DirLock::check_free(dir, "run directory");
+}
+
+// train --resume FILE continues in the run directory of the checkpoint's config (or the
+// --train.run_dir given). If that directory holds steps after the checkpoint's, or a finished
+// model, the resume would write over them (a copied checkpoint used to replace a finished run's
+// model.h5 and its later checkpoints): refused unless --overwrite, which removes the later
+// checkpoints first (rank 0; a later --resume of the directory would continue from them).
+void claim_for_file_resume(const std::string& ckpt, int64_t step, const std::string& run_dir, bool overwrite) {
+  if (DistEnv::from_environment().rank != 0) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return;
+  DirLock::check_free(run_dir, "run directory");
+  const std::string ckpts = run_dir + "/checkpoints";
+  std::vector<std::string> later;
+  for (const std::string& c : fs::is_directory(ckpts, ec) ? list_checkpoints(ckpts) : std::vector<std::string>{}) {
+    const std::string name = fs::path(c).filename().string();  // step-<N>.h5
+    if (std::stoll(name.substr(5)) > step && !fs::equivalent(c, ckpt, ec)) later.push_back(c);
+  }
+  const bool model = fs::exists(run_dir + "/model.h5", ec);
+  if (later.empty() && !model) return;
+  if (!overwrite) {
+    std::string what;
+    if (!later.empty())
+      what = fmt::format("{} checkpoint(s) after step {} (newest {})", later.size(), step,
+                         fs::path(later.back()).filename().string());
+    if (model) what += std::string(what.empty() ? "" : " and ") + "a finished run's model.h5";
+    user_error("train --resume {}: it would continue in {}, which holds {}; give --train.run_dir=DIR to continue "
+               "elsewhere, or --overwrite to write over them",
+               ckpt, run_dir, what);
+  }
+  for (const std::string& c : later) fs::remove(c, ec);
+  prune_checkpoints(ckpts, 1 << 30);  // the removed ones' slices
 }
 
 int exit_code(const TrainSummary& s) { return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0; }
@@ -67,7 +101,8 @@ Command add_train(CLI::App& app) {
   train->add_option("--config", f->config_file, "TOML config file")->transform(existing_file("a TOML config file"));
   train->add_flag("--quiet", f->quiet, "no progress output");
   train->add_flag("--overwrite", f->overwrite,
-                  "a fresh run into a run directory holding an earlier run's checkpoints deletes them (else refused)");
+                  "a fresh run into a run directory holding an earlier run's checkpoints deletes them; --resume FILE "
+                  "into a run directory holding later steps or a finished model writes over them (else refused)");
   train->add_flag("--dry-run", f->dry_run,
                   "set the run up to its memory plan (device, data and tokenizer checked as the run checks them), "
                   "print the plan as `bcdtrain plan` does, and stop: nothing is allocated or written");
@@ -90,8 +125,10 @@ Command add_train(CLI::App& app) {
     if (!resume.empty()) {
       if (!f->config_file.empty())
         user_error("train: --resume takes the config stored in the checkpoint; change it with --section.key=value, not --config");
-      if (f->overwrite) user_error("train: --overwrite starts afresh; it does not go with --resume");
-      if (std::filesystem::is_directory(resume)) refuse_busy_run_dir(resume);
+      const bool from_dir = std::filesystem::is_directory(resume);
+      if (f->overwrite && from_dir)
+        user_error("train: --overwrite starts afresh; it does not go with --resume of a run directory");
+      if (from_dir) refuse_busy_run_dir(resume);
       const std::string ckpt = resolve_checkpoint(resume);
       const CheckpointReader reader(ckpt);
       const std::string stored = reader.attr_str("/", "config");
@@ -101,7 +138,11 @@ Command add_train(CLI::App& app) {
       check_resume_overrides(ckpt, load_config_text(stored, ckpt, {}), cfg,
                              ResumeRanks{env.rank, env.world_size, static_cast<int>(stored_world)});
       // Resuming a run directory continues in it, wherever it has moved.
-      if (std::filesystem::is_directory(resume)) cfg.train.run_dir = resume;
+      if (from_dir) cfg.train.run_dir = resume;
+      else claim_for_file_resume(ckpt, reader.attr_int("/", "step"), cfg.train.run_dir, f->overwrite);
+      if (!f->quiet && env.rank == 0)
+        fmt::print("resuming {} (step {}) in {}\n", printable_line(ckpt), reader.attr_int("/", "step"),
+                   printable_line(cfg.train.run_dir));
       return exit_code(run_training(cfg, f->quiet, ckpt));
     }
     if (f->config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");
