@@ -109,5 +109,52 @@ TEST(Tensorboard, EventsHoldEveryScalarOfMetricsOnceAcrossAResume) {
   expect_metrics_in(read_events(), "plot --tensorboard");
 }
 
+// A bad line in the middle of metrics.jsonl used to end the replay there: plot --tensorboard
+// wrote 2 of 12 records, deleted the older event files and exited 0. Now it names the line and
+// writes nothing (the old events stay); only a torn last line is left out.
+TEST(Tensorboard, ABadLineInTheMiddleIsNamedAndTheOldEventsStay) {
+  test::TempDir tmp("bcd-tb-bad");
+  const std::string run = tmp.file("run");
+  fs::create_directories(run + "/tensorboard");
+  const std::string old = run + "/tensorboard/events.out.tfevents.1.host.1.bcdtrain";
+  test::write_text(old, "the events of an earlier replay");
+  std::string lines;
+  for (int step = 1; step <= 12; ++step) lines += fmt::format("{{\"step\": {}, \"loss\": {}}}\n", step, 10.0 - step);
+  const std::string good = lines;
+  lines.replace(lines.find("{\"step\": 3"), 1, "[");  // line 3 no longer JSON
+  test::write_text(run + "/metrics.jsonl", lines);
+  auto r = test::run_bcdtrain("plot --tensorboard " + run);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(run + "/metrics.jsonl: line 3 is not a metrics record"), std::string::npos) << r.output;
+  EXPECT_EQ(test::read_text(old), "the events of an earlier replay");
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(run + "/tensorboard")) files += 1, (void)e;
+  EXPECT_EQ(files, 1) << "no new event file";
+
+  test::write_text(run + "/metrics.jsonl", good + "{\"step\": 13, \"lo");  // torn last line
+  r = test::run_bcdtrain("plot --tensorboard " + run);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(12 records of"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(old)) << "replaced by the new file";
+}
+
+// A metrics.jsonl that is a FIFO (it would block the reader) or a link to /dev/zero (it never
+// ends) used to be reported as missing: now as what it is.
+TEST(Tensorboard, AMetricsFileThatIsAPipeOrADeviceIsNamedAsSuch) {
+  test::TempDir tmp("bcd-tb-fifo");
+  for (const char* kind : {"fifo", "zero"}) {
+    const std::string run = tmp.file(kind);
+    fs::create_directories(run);
+    const std::string m = run + "/metrics.jsonl";
+    if (std::string(kind) == "fifo") ASSERT_EQ(test::run_shell("mkfifo " + quote(m)).exit_code, 0);
+    else fs::create_symlink("/dev/zero", m);
+    for (const char* flags : {"--tensorboard ", ""}) {
+      auto r = test::run_bcdtrain(std::string("plot ") + flags + run);
+      EXPECT_EQ(r.exit_code, 2) << r.output;
+      EXPECT_NE(r.output.find(m + ": not a regular file (a pipe, device or directory)"), std::string::npos) << r.output;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace bcd

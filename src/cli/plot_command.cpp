@@ -71,8 +71,13 @@ bool parse_plot_flags(const std::vector<std::string>& words, std::vector<std::st
   for (const std::string& r : runs) {
     std::error_code ec;
     if (!std::filesystem::is_directory(r, ec)) usage_error(r + ": not a directory");
-    if (!std::filesystem::is_regular_file(r + "/metrics.jsonl", ec))
+    const std::filesystem::file_status st = std::filesystem::status(r + "/metrics.jsonl", ec);
+    if (st.type() == std::filesystem::file_type::not_found || st.type() == std::filesystem::file_type::none)
       usage_error(r + ": no metrics.jsonl there (not a run dir of bcdtrain train?)");
+    // A FIFO would block the reader, /dev/zero never end: neither is what train writes.
+    if (st.type() != std::filesystem::file_type::regular)
+      usage_error(r + "/metrics.jsonl: not a regular file (a pipe, device or directory): expected the metrics "
+                  "bcdtrain train writes");
   }
   if (out.empty()) out = runs.size() == 1 ? runs[0] + "/plots" : "plots";
   return true;

@@ -47,8 +47,9 @@ class EventFileWriter {
 // <run_dir>/tensorboard written anew from <run_dir>/metrics.jsonl: the event files bcdtrain wrote
 // there before are replaced by one holding each record's scalars at its step, so a resumed run
 // (whose metrics.jsonl was cut back to its checkpoint) has no step twice. Returns the writer,
-// open for the records that follow. A record of metrics.jsonl that is not JSON (a torn last
-// line) ends the replay.
+// open for the records that follow. A torn last line of metrics.jsonl (a killed run's) is left
+// out; any other line that is not a record is a UserError naming it, and the event files there
+// stay as they were.
 EventFileWriter open_tensorboard(const std::string& run_dir);
 
 }  // namespace bcd
