@@ -250,6 +250,25 @@ TEST(HfConfig, AZeroOrNegativeWindowAndSlidingLlamaLayersAreRefused) {
   EXPECT_NE(q.find("layer 1 sliding_attention with no sliding_window set"), std::string::npos) << q;
 }
 
+// rope_parameters grouped by layer type was applied (linear x2 here) while transformers 5.25 builds
+// the default RoPE for llama and mistral (warning of an unrecognized key) and fails for qwen2 and
+// qwen3: a different model in silence. Refused by name for every family, in both forms.
+TEST(HfConfig, RopeSettingsGroupedByLayerTypeAreRefused) {
+  test::TempDir dir("bcd-hf-rope-nested");
+  for (const char* type : {"llama", "mistral", "qwen2", "qwen3"})
+    for (const char* where : {"rope_parameters", "rope_scaling"}) {
+      const std::string file = dir.file(std::string(type) + "-" + where + ".json");
+      test::write_text(file, std::string(R"({"model_type": ")") + type + R"(", "vocab_size": 256, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, ")" + where + R"(": {"full_attention": {"rope_type": "linear",
+        "rope_theta": 10000.0, "factor": 2.0}}})");
+      const std::string e = error_of([&] { model_config_from_hf(file, ModelConfig{}); });
+      EXPECT_NE(e.find(std::string("\"") + where + "\" groups its settings by layer type (\"full_attention\": {...})"),
+                std::string::npos) << e;
+      EXPECT_NE(e.find(std::string("for ") + type + " models"), std::string::npos) << e;
+    }
+}
+
 TEST(HfConfig, RejectsUnsupportedInputNamingTheFile) {
   test::TempDir dir;
   auto expect_error = [&](const std::string& json, const std::string& needle) {

@@ -186,13 +186,16 @@ void read_rope(HfReader& r, ModelConfig& m) {
     where = "rope_parameters", params = r.at("rope_parameters");
   }
   if (!params.is_object()) user_error("{}: \"{}\" must be an object, got {}", r.path(), where, params.type_name());
-  // Per layer type (transformers 5 nests them when a config declares layer_types): the layers
-  // are all full attention (checked with layer_types), so theirs is the one that counts.
-  if (params.contains("full_attention") && params["full_attention"].is_object()) {
-    where += ".full_attention";
-    const json inner = params["full_attention"];
-    params = inner;
-  }
+  // Grouped by layer type ({"full_attention": {...}}, as transformers 5 writes it for models with
+  // several attention kinds): transformers 5.25 does not read that grouping for these families.
+  // llama and mistral warn of an unrecognized key and build the default RoPE; qwen2 and qwen3
+  // fail. Applying the group would be a different model in silence, so it is refused.
+  for (const auto& [k, v] : params.items())
+    if (v.is_object())
+      user_error("{}: \"{}\" groups its settings by layer type (\"{}\": {{...}}), which transformers does not read for "
+                 "{} models (llama and mistral: it warns and builds the default RoPE; qwen2 and qwen3: it fails); "
+                 "write them at the top level of \"{}\"",
+                 r.path(), where, k, r.get<std::string>("model_type"), where);
   auto key = [&](const std::string& k) { return where + "." + k; };
   auto number = [&](const char* k) {
     const double v = r.value<double>(params.at(k), key(k));
