@@ -9,6 +9,10 @@
                   plus OUT/manifest.json
   check DIR...    load model directories exported by the trainer with
                   transformers and compare their logits to DIR/ours.safetensors
+  rope-groups OUT write, for llama, mistral, qwen2 and qwen3, a config.json whose
+                  rope_parameters groups its settings by layer type, to OUT/<type>/,
+                  and print (one JSON line each) what transformers builds from it:
+                  the rotary type it applies, or its error
   version         print the transformers version
 
 Runs on CPU, offline, deterministic. Exit status: 0 ok, 1 a check failed,
@@ -230,6 +234,28 @@ def cmd_check(args):
     return 1 if bad else 0
 
 
+def cmd_rope_groups(args):
+    torch, transformers, _, _ = imports()
+    for model_type in ("llama", "mistral", "qwen2", "qwen3"):
+        path = os.path.join(args.out, model_type)
+        os.makedirs(path, exist_ok=True)
+        cfg = {"model_type": model_type, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "max_position_embeddings": 512,
+               "rope_parameters": {"full_attention": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}}
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        rec = {"model_type": model_type, "dir": path, "rope_type": None, "error": None}
+        try:
+            config = transformers.AutoConfig.from_pretrained(path)
+            model = transformers.AutoModelForCausalLM.from_config(config)
+            rec["rope_type"] = getattr(model.model.rotary_emb, "rope_type", None)
+        except Exception as e:  # noqa: BLE001 - what transformers does is the answer
+            rec["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+        print(json.dumps(rec), flush=True)
+    return 0
+
+
 def cmd_version(args):
     _, transformers, _, _ = imports()
     print(transformers.__version__)
@@ -243,17 +269,20 @@ class Parser(argparse.ArgumentParser):
 
 def main():
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", metavar="{make,check,version}", parser_class=Parser)
+    sub = p.add_subparsers(dest="cmd", metavar="{make,check,rope-groups,version}", parser_class=Parser)
     m = sub.add_parser("make", help="write reference models and logits to OUT")
     m.add_argument("out", metavar="OUT")
     c = sub.add_parser("check", help="compare trainer-exported model dirs with transformers")
     c.add_argument("dirs", metavar="DIR", nargs="+")
     c.add_argument("--tol", type=float, default=1e-5, help="max relative logit error (default 1e-5)")
+    g = sub.add_parser("rope-groups", help="what transformers builds from rope settings grouped by layer type")
+    g.add_argument("out", metavar="OUT")
     sub.add_parser("version", help="print the transformers version")
     args = p.parse_args()
     if args.cmd is None:
-        die("missing command: make, check or version (see --help)")
-    return {"make": cmd_make, "check": cmd_check, "version": cmd_version}[args.cmd](args)
+        die("missing command: make, check, rope-groups or version (see --help)")
+    return {"make": cmd_make, "check": cmd_check, "rope-groups": cmd_rope_groups,
+            "version": cmd_version}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "base/error.h"
 #include "model/hf_config.h"
@@ -159,6 +160,31 @@ TEST_F(HfReference, ImportedModelsComputeWhatTransformersComputesAndExportBack) 
   EXPECT_EQ(four.exit_code, 0) << "transformers 4 reads our exports to other logits:\n" << four.output;
   std::printf("%s", four.output.c_str());
   EXPECT_NE(four.output.find("\"transformers\": \"4."), std::string::npos) << four.output;
+}
+
+// RoPE settings grouped by layer type ({"full_attention": {...}}) in a llama, mistral, qwen2 or
+// qwen3 config.json: transformers does not apply the group (it builds the default RoPE, or
+// fails), so bcdtrain refuses the file rather than train another model in silence. Should a
+// transformers release start applying it, this says so: read it as it does then.
+TEST_F(HfReference, RopeGroupedByLayerTypeIsNotWhatTransformersAppliesAndIsRefused) {
+  const test::RunResult r =
+      test::run_shell(quote(python()) + " " + quote(script()) + " rope-groups " + quote(dir_->file("groups")) + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::set<std::string> seen;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const json rec = json::parse(line);
+    const std::string type = rec["model_type"].get<std::string>();
+    seen.insert(type);
+    EXPECT_NE(rec["rope_type"], json("linear")) << type << ": transformers now applies a group: " << line;
+    const std::string err = test::error_of([&] { model_config_from_hf(rec["dir"].get<std::string>() + "/config.json", ModelConfig{}); });
+    EXPECT_NE(err.find("groups its settings by layer type"), std::string::npos) << type << ": " << err;
+    std::printf("[ NOTE ] %-8s transformers: %s; bcdtrain refuses it\n", type.c_str(),
+                rec["error"].is_null() ? ("rope_type " + rec["rope_type"].get<std::string>()).c_str()
+                                       : rec["error"].get<std::string>().c_str());
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"llama", "mistral", "qwen2", "qwen3"})) << r.output;
 }
 
 }  // namespace
