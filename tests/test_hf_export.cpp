@@ -2,6 +2,13 @@
 // export's config.json and directory rules; init_from and weights files; the CLI.
 #include "hf_test_helpers.h"
 
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
 namespace bcd {
 namespace {
 
@@ -381,6 +388,49 @@ TEST_F(HfCli, ImportThenExport) {
   EXPECT_NE(r.output.find("no tokenizer beside " + dir_.file("bare/model.h5") + " (nor in its run directory): the "
                           "export has none"),
             std::string::npos) << r.output;
+}
+
+// Whether process `pid` has a handler for `sig` (SigCgt of /proc/PID/status): bcdtrain's stop
+// handlers are in place once its command runs.
+bool catches(pid_t pid, int sig) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1)) & 1;
+  return false;
+}
+
+// An export stopped by SIGTERM while it reads used to exit 143 without a word: it says it was
+// interrupted, and leaves no half-written export. (Held with SIGSTOP as the signal is sent, so
+// the export cannot end in between; should it end before it is held, it is tried again.)
+TEST_F(HfCli, AnExportStoppedBySigtermSaysSoAndLeavesNoHalfExport) {
+  ModelConfig cfg = tiny({"llama", "llama", false});
+  cfg.d_model = 64, cfg.n_heads = 4, cfg.n_kv_heads = 2, cfg.d_ff = 96;
+  cfg.vocab_size = static_cast<int64_t>(kStatePieceElems / 64) + 5;  // 16.8M-element embedding and head
+  auto src = source_model(cfg, 5);
+  write_hf_dir(*src, "llama", dir_.file("in"), stored_as(torch::kBFloat16, 2));
+  import_hf_to_file(dir_.file("in"), dir_.file("run/model.h5"));
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string out = dir_.file("out" + std::to_string(attempt)), log = dir_.file("export.log");
+    test::Background bg("export --checkpoint " + dir_.file("run/model.h5") + " --hf " + out, log);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!catches(bg.pid, SIGTERM) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (::kill(bg.pid, SIGSTOP) != 0 || !catches(bg.pid, SIGTERM)) {  // ended first: try again
+      bg.wait();
+      continue;
+    }
+    ::kill(bg.pid, SIGTERM);
+    ::kill(bg.pid, SIGCONT);
+    const int code = bg.wait();
+    const std::string text = test::read_text(log);
+    if (code == 0) continue;  // it had written its last piece: try again
+    EXPECT_EQ(code, 128 + SIGTERM) << text;
+    EXPECT_NE(text.find("interrupted by SIGTERM: stopped, and nothing half-written was left"), std::string::npos) << text;
+    EXPECT_FALSE(fs::exists(out + "/model.safetensors")) << text;
+    EXPECT_FALSE(fs::exists(out + "/config.json")) << text;
+    return;
+  }
+  ADD_FAILURE() << "the export ended before it could be stopped, three times";
 }
 
 TEST_F(HfCli, BadInputExitsWith2) {
