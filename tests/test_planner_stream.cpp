@@ -120,6 +120,34 @@ INSTANTIATE_TEST_SUITE_P(Units, PlannerStreamBytes,
 // 13B's 24.2 GiB of working weights on a 24 GiB card: auto streams the fewest bottom layers that
 // make the compute tier fit and keeps the top ones (used twice above the active unit) resident;
 // the host holds their weights first, so more master/moments go to NVMe than without them.
+// With streamed layers and grad_accum > 1 a step runs every micro-batch through the frozen layers
+// first, so a unit above layer 0 holds grad_accum - 1 prefix outputs (B x T x C) while it trains:
+// the plan counts them (it did not), and a run without streaming does not hold them.
+TEST(PlannerStream, HeldPrefixesOfTheOtherMicroBatchesAreCounted) {
+  ModelConfig m = llama2_7b();
+  m.activation_checkpointing = true;
+  BcdConfig b;
+  b.enabled = true;
+  const MemoryConfig mem = budgets(80 * kGiB, 6 * kGiB, 64 * kGiB, {"/nvme"});
+  TrainConfig t = bf16_train(1, 2048);
+  t.grad_accum = 64;
+  const MemoryPlan on = plan_memory(m, b, t, streaming(mem, "on")), off = plan_memory(m, b, t, streaming(mem, "off"));
+  ASSERT_TRUE(on.stream.on());
+  const uint64_t held = 63ull * 2048 * static_cast<uint64_t>(m.d_model) * 2;
+  uint64_t want = 0, plain = 0;
+  for (const UnitShape& u : on.units) {
+    const uint64_t a = estimate_activation_bytes(m, t, u);
+    plain = std::max(plain, a);
+    want = std::max(want, a + (u.first_layer >= 1 ? held : 0));
+  }
+  EXPECT_EQ(on.compute.activations, want);
+  EXPECT_GT(want, plain) << "63 held prefixes outweigh the embedding's deeper graph";
+  EXPECT_GE(on.units[static_cast<size_t>(on.deepest_unit)].first_layer, 1);
+  EXPECT_EQ(off.compute.activations, plain);
+  t.grad_accum = 1;
+  EXPECT_EQ(plan_memory(m, b, t, streaming(mem, "on")).compute.activations, plain);
+}
+
 TEST(PlannerStream, AutoStreamsTheBottomLayersAndKeepsTheTopResident) {
   BcdConfig b;
   b.enabled = true;

@@ -166,20 +166,41 @@ void plan_compute(const PlanInputs& in, MemoryPlan& plan) {
   plan.compute.budget = in.mem.compute_bytes.is_auto ? meminfo_bytes("MemTotal") : in.mem.compute_bytes.value;
 }
 
+// With streamed weights and grad_accum > 1 a step first runs every micro-batch through the
+// frozen layers below the active unit while each is on the compute tier (runtime/trainer.cpp),
+// so a unit above layer 0 holds the other micro-batches' prefix outputs (B x T x C each) while it
+// trains the first: (grad_accum - 1) of them on top of one micro-batch's activations.
+uint64_t held_prefix_bytes(const PlanInputs& in, const UnitShape& u) {
+  if (in.train.grad_accum <= 1 || u.first_layer < 1) return 0;
+  const double w = in.train.dtype == Dtype::kBf16 ? 2.0 : 4.0;
+  return saturated_bytes(static_cast<double>(in.train.grad_accum - 1) * static_cast<double>(in.train.batch_size) *
+                         static_cast<double>(in.train.seq_len) * static_cast<double>(in.model.d_model) * w);
+}
+
 // Streamed weights (memory.stream_weights): "on" streams every decoder layer; "auto" only when
 // the all-resident compute tier is over budget, and then the fewest bottom layers that make it
 // fit, keeping the top ones resident (used twice per micro-batch above the active unit).
 void plan_stream(const PlanInputs& in, MemoryPlan& plan, std::vector<std::string>& why) {
   const int n_layers = static_cast<int>(in.model.n_layers);
   const uint64_t resident_all = plan.compute.by_kind[kind(StateKind::kWorking)];
-  const uint64_t others = plan.compute.total() - resident_all;  // state, gradient, activations
+  // The activations once layers stream: the held prefixes counted (estimated activations only).
+  uint64_t act = plan.compute.activations;
+  int deepest = plan.deepest_unit;
+  if (in.mem.activation_bytes.is_auto)
+    for (size_t i = 0; i < plan.units.size(); ++i) {
+      const uint64_t a =
+          estimate_activation_bytes(in.model, in.train, plan.units[i], in.fused_attention) + held_prefix_bytes(in, plan.units[i]);
+      if (i == 0 || a > act) act = a, deepest = static_cast<int>(i);
+    }
+  // state, gradient, activations (with streaming)
+  const uint64_t others = plan.compute.total() - resident_all - plan.compute.activations + act;
   const int depth = static_cast<int>(in.mem.stream_depth);
   auto layout = [&](int n) { return stream_layout(in.shapes, plan.units, n, in.w, depth, in.local_ranks); };
   auto need = [&](const StreamPlan& s) { return resident_all - s.home_bytes + s.window_bytes() + s.active_bytes + others; };
   int n_streamed = 0;
   if (in.mem.stream_weights == StreamWeights::kOn) {
     n_streamed = n_layers;
-  } else if (in.mem.stream_weights == StreamWeights::kAuto && resident_all + others > plan.compute.budget &&
+  } else if (in.mem.stream_weights == StreamWeights::kAuto && plan.compute.total() > plan.compute.budget &&
              n_layers > 0) {
     const StreamPlan all = layout(n_layers);
     if (!in.model.activation_checkpointing) {
@@ -206,6 +227,7 @@ void plan_stream(const PlanInputs& in, MemoryPlan& plan, std::vector<std::string
   }
   plan.stream = layout(n_streamed);
   if (!plan.stream.on()) return;
+  plan.compute.activations = act, plan.deepest_unit = deepest;
   plan.compute.by_kind[kind(StateKind::kWorking)] = need(plan.stream) - others;
   plan.stream.gbps = in.mem.stream_gbps > 0 ? in.mem.stream_gbps : in.rates.gbps;
   plan.stream.tflops = in.mem.stream_tflops > 0 ? in.mem.stream_tflops : in.rates.tflops;
