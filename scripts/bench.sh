@@ -16,7 +16,7 @@ usage: scripts/bench.sh NAME [FLAGS...]
         convergence   tiny demo: BCD keep / reset / full AdamW at equal wall-clock and tokens
         finetune      LIMA instruction fine-tuning from a pretrained base: BCD keep / reset vs AdamW
         finetune-real the same from a real model (SmolLM2-135M-Instruct): BCD vs AdamW at equal wall-clock
-        peer          BCD step tokens/s vs the same BCD in eager PyTorch on the same LibTorch
+        peer          BCD step tokens/s vs BAdam's BlockOptimizer (pip badam) and a hand-written eager loop, same LibTorch
         io            fio vs bcdtrain iobench (io_uring and thread engines)
         prepare       bcdtrain prepare tokens/s (every core) vs spm_encode, and peak RSS
         tokenize      the same, prepare with Llama 3's tokenizer.json vs spm_encode with the demo model

