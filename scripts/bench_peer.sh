@@ -6,8 +6,10 @@
 # model (4 layers, d_model 256, GQA 4/2 heads, d_ff 704, vocabulary 2048), one layer per block,
 # embedding and head frozen, K = 20, fp32, batch 16 x 128 tokens.
 # Paired rounds, the side that goes first rotating. Every side is timed over the same step
-# window, from the end of step --skip (the first visit) to the end of step --steps - 1 (the last
-# step ends with bcdtrain's end-of-run validation): bcdtrain from metrics.jsonl's elapsed_s, the
+# window, from the end of step --skip to the end of step --steps - 1 (the last step ends with
+# bcdtrain's end-of-run validation); by default that is the second block-epoch, steps 81-160,
+# which visits each layer once on every side whatever order each draws (the lower the active
+# layer, the longer its backward, so a window of other visits would compare other work): bcdtrain from metrics.jsonl's elapsed_s, the
 # Python sides from their own per-step clock. `ratio` = median over rounds of bcdtrain / BAdam
 # tokens/s; `ratio_eager` the same against the hand-written loop. Each side's median step time by
 # active layer is printed too (backward stops at the active layer, so lower layers cost more).
@@ -22,8 +24,8 @@ usage() {
 usage: scripts/bench_peer.sh [--rounds N] [--steps N] [--skip N] [--threads N]
        scripts/bench.sh peer [FLAGS...]   (builds bcdtrain first)
   --rounds N    paired rounds (default 4)                             [$BENCH_ROUNDS]
-  --steps N     steps a side and round (default 100)                  [$BENCH_STEPS]
-  --skip N      first steps not timed (default 20: the first visit)   [$BENCH_SKIP]
+  --steps N     steps a side and round (default 161)                  [$BENCH_STEPS]
+  --skip N      first steps not timed (default 80: the first block-epoch) [$BENCH_SKIP]
                 (the last step, with bcdtrain's end-of-run validation, is not timed either)
   --threads N   compute threads of every side (default 2)             [$BENCH_THREADS]
   -h, --help    this text
@@ -33,7 +35,7 @@ BCD_BUILD_DIR/bcdtrain (BCD_BUILD_DIR default build); the Python sides run in BC
 installs badam).
 EOF_USAGE
 }
-rounds=${BENCH_ROUNDS:-4} steps=${BENCH_STEPS:-100} skip=${BENCH_SKIP:-20} threads=${BENCH_THREADS:-2}
+rounds=${BENCH_ROUNDS:-4} steps=${BENCH_STEPS:-161} skip=${BENCH_SKIP:-80} threads=${BENCH_THREADS:-2}
 parse_flags "--rounds=rounds --steps=steps --skip=skip --threads=threads" "$@"
 no_args
 check_int --rounds "$rounds"
