@@ -23,8 +23,28 @@ std::string read_file(const std::string& path, const std::string& what) {
   return ss.str();
 }
 
+std::string temporary_beside(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
+
+void commit_temporary(const std::string& tmp, const std::string& path, const std::string& what) {
+  auto fail = [&](const char* step) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    user_error("{} {}: cannot {} ({})", what, path, step, std::strerror(err));
+  };
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) fail("open its temporary file to fsync it");
+    if (::fsync(fd.get()) != 0) fail("fsync");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename the temporary file into place");
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d) ::fsync(d.get());  // the rename's durability; a directory that cannot be opened keeps it in cache
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const std::string tmp = temporary_beside(path);
   auto fail = [&](const char* step) {
     const int err = errno;
     std::remove(tmp.c_str());
@@ -39,14 +59,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
       if (n <= 0) fail("write");
       done += static_cast<size_t>(n);
     }
-    if (::fsync(fd.get()) != 0) fail("fsync");
     if (fd.close() != 0) fail("close");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename the temporary file into place");
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d) ::fsync(d.get());  // the rename's durability; a directory that cannot be opened keeps it in cache
+  commit_temporary(tmp, path, what);
 }
 
 // ---- StagingDir ----

@@ -18,6 +18,14 @@ std::string read_file(const std::string& path, const std::string& what);
 // `what` and the path when it cannot be written.
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what);
 
+// Every atomic write of the program, whatever writes its bytes (an HDF5 file, a safetensors
+// writer, a copy) ends here. temporary_beside: the name to write to, PATH.tmp-PID.
+// commit_temporary: `tmp` (written and closed) fsync'd, renamed over `path`, and the rename made
+// durable (the directory fsync'd; one that cannot be opened keeps it in cache). UserError naming
+// `what` and the path on failure, the temporary removed.
+std::string temporary_beside(const std::string& path);
+void commit_temporary(const std::string& tmp, const std::string& path, const std::string& what);
+
 // A directory written whole or not at all: TARGET.tmp-PID, created here (a leftover of an earlier
 // crashed run with this pid removed first) and removed on destruction unless commit() moved it
 // into place.

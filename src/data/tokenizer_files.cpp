@@ -34,14 +34,14 @@ std::optional<json> read_config(const fs::path& path) {
 void copy_one(const fs::path& src, const fs::path& dst) {
   std::error_code ec;
   if (fs::exists(dst, ec) && fs::equivalent(src, dst, ec)) return;
-  const fs::path tmp = dst.string() + ".tmp-" + std::to_string(::getpid());
+  const std::string tmp = temporary_beside(dst.string());
   fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
-  if (!ec) fs::rename(tmp, dst, ec);
   if (ec) {
     std::error_code ignored;
     fs::remove(tmp, ignored);
     user_error("{}: cannot copy {} there ({})", dst.string(), src.string(), ec.message());
   }
+  commit_temporary(tmp, dst.string(), "tokenizer file");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "io/extent_store.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "base/json_read.h"
 
 namespace bcd {
@@ -26,16 +27,6 @@ std::string meta_path(const std::string& dir) { return dir + "/extents.meta"; }
 uint64_t content_sum(const nlohmann::json& j) {
   const std::string text = j.dump();
   return XXH3_64bits(text.data(), text.size());
-}
-
-// write(2) until done; UserError naming the path otherwise.
-void write_all(int fd, const std::string& data, const std::string& path) {
-  for (size_t done = 0; done < data.size();) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) user_error("extent store: write {}: {}", path, errno_text(errno));
-    done += static_cast<size_t>(n);
-  }
 }
 
 }  // namespace
@@ -67,19 +58,7 @@ void ExtentStore::sync() {
   for (size_t f = 0; f < files_.size(); ++f)
     if (::fdatasync(files_[f].fd.get()) != 0) user_error("extent store: sync {}: {}", file_paths_[f], errno_text(errno));
   const std::string path = meta_path(paths_[0]);
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) user_error("extent store: create {}: {}", tmp, errno_text(errno));
-  write_all(fd.get(), table, tmp);
-  if (::fsync(fd.get()) != 0) user_error("extent store: sync {}: {}", tmp, errno_text(errno));
-  fd.reset();
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    user_error("extent store: rename {} to {}: {}", tmp, path, errno_text(err));
-  }
-  UniqueFd dir(::open(paths_[0].c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir) ::fsync(dir.get());  // the rename itself; some filesystems refuse fsync on directories
+  write_file_atomic(path, table, "extent store table");
 }
 
 void ExtentStore::load_table() {

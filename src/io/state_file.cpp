@@ -29,14 +29,6 @@ namespace {
 
 constexpr hsize_t kChunk = 1 << 20;  // elements per chunk (4 MiB of fp32): the unit of checksums
 
-void fsync_path(const std::string& path, bool directory) {
-  const UniqueFd fd(::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC));
-  if (!fd) user_error("{}: cannot open to fsync", path);
-  const int rc = ::fsync(fd.get());
-  const int err = errno;
-  if (rc != 0) user_error("{}: fsync failed ({})", path, std::strerror(err));
-}
-
 // The parent groups of an object path, created as needed.
 H5::Group ensure_group(H5::H5File& f, const std::string& path) {
   std::string at;
@@ -359,11 +351,8 @@ void StateFileWriter::commit() {
     impl_->fail("close", errno);
   }
   impl_->trim();
-  fsync_path(impl_->tmp, false);
-  if (std::rename(impl_->tmp.c_str(), impl_->path.c_str()) != 0)
-    user_error("{}: cannot rename {} into place", impl_->path, impl_->tmp);
+  commit_temporary(impl_->tmp, impl_->path, "state file");
   impl_->committed = true;
-  fsync_path(fs::path(impl_->path).parent_path().empty() ? "." : fs::path(impl_->path).parent_path().string(), true);
 }
 
 // ---- Reader ----

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/files.h"
 
 namespace bcd::st {
 
@@ -312,7 +313,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> t
   std::string header = j.dump();
   header.append((8 - header.size() % 8) % 8, ' ');  // data starts 8-byte aligned
 
-  tmp_ = path_ + ".tmp-" + std::to_string(::getpid());
+  tmp_ = temporary_beside(path_);
   fd_.reset(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd_) user_error("{}: cannot create ({})", tmp_, std::strerror(errno));
   uint8_t len[8];
@@ -359,11 +360,9 @@ void SafetensorsWriter::write_next(const void* data, size_t bytes) {
 
 void SafetensorsWriter::commit() {
   BCD_CHECK(next_ == tensors_.size(), "{}: {} of {} tensors written", path_, next_, tensors_.size());
-  if (::fsync(fd_.get()) != 0) user_error("{}: fsync failed ({})", path_, std::strerror(errno));
   const int rc = fd_.close();
   if (rc != 0) user_error("{}: close failed ({})", path_, std::strerror(errno));
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-    user_error("{}: cannot rename {} into place ({})", path_, tmp_, std::strerror(errno));
+  commit_temporary(tmp_, path_, "safetensors file");
   tmp_.clear();
 }
 
