@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -262,50 +263,51 @@ void expect_group_forms(const std::vector<std::map<std::string, std::string>>& r
   }
 }
 
-TEST(DistGroup, SrunStyleVariablesFormAGroup) {
+class DistGroup : public ::testing::Test {
+ protected:
+  void SetUp() override {
 #ifndef BCD_HAVE_GLOO
-  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
+    GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
 #endif
-  const std::string port = std::to_string(free_port());
-  std::vector<std::map<std::string, std::string>> v;
-  for (int r = 0; r < 2; ++r)
-    v.push_back({{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", std::to_string(r)},
-                 {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "127.0.0.1"}, {"MASTER_PORT", port}});
-  expect_group_forms(v);
+  }
+  // Two ranks with the variables `of(rank, port)` gives, on a free port, form a group.
+  static void expect_two_form_a_group(
+      const std::function<std::map<std::string, std::string>(const std::string& rank, const std::string& port)>& of) {
+    const std::string port = std::to_string(free_port());
+    expect_group_forms({of("0", port), of("1", port)});
+  }
+};
+
+TEST_F(DistGroup, SrunStyleVariablesFormAGroup) {
+  expect_two_form_a_group([](const std::string& r, const std::string& port) {
+    return std::map<std::string, std::string>{{"SLURM_PROCID", r}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", r},
+                                              {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "127.0.0.1"},
+                                              {"MASTER_PORT", port}};
+  });
 }
 
-TEST(DistGroup, OpenMpiStyleVariablesFormAGroup) {
-#ifndef BCD_HAVE_GLOO
-  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
-#endif
-  const std::string port = std::to_string(free_port());
-  std::vector<std::map<std::string, std::string>> v;
-  for (int r = 0; r < 2; ++r)
-    v.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                 {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                 {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
-  expect_group_forms(v);
+// (mpirun inside an allocation: every rank also has the batch step's SLURM_PROCID=0.)
+TEST_F(DistGroup, OpenMpiStyleVariablesFormAGroup) {
+  expect_two_form_a_group([](const std::string& r, const std::string& port) {
+    return std::map<std::string, std::string>{
+        {"OMPI_COMM_WORLD_RANK", r}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", r},
+        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+        {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}};
+  });
 }
 
-TEST(DistGroup, KubeflowPetStyleVariablesFormAGroup) {
-#ifndef BCD_HAVE_GLOO
-  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
-#endif
-  const std::string port = std::to_string(free_port());
-  std::vector<std::map<std::string, std::string>> v;
-  for (int r = 0; r < 2; ++r)
-    v.push_back({{"PET_NODE_RANK", std::to_string(r)}, {"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "1"},
-                 {"PET_MASTER_ADDR", "127.0.0.1"}, {"PET_MASTER_PORT", port}});
-  expect_group_forms(v);
+TEST_F(DistGroup, KubeflowPetStyleVariablesFormAGroup) {
+  expect_two_form_a_group([](const std::string& r, const std::string& port) {
+    return std::map<std::string, std::string>{{"PET_NODE_RANK", r}, {"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "1"},
+                                              {"PET_MASTER_ADDR", "127.0.0.1"}, {"PET_MASTER_PORT", port}};
+  });
 }
 
 // torchrun's agent serves the store (here a TCPStore of this test in its place): every rank, rank 0
 // too, joins it as a client (a rank 0 that listened on the port would fail: it is taken), and a
 // restarted attempt agrees again on the same store, its keys apart from the earlier attempt's.
-TEST(DistGroup, RanksJoinTheAgentsStoreAndEachAttemptAgreesAnew) {
-#ifndef BCD_HAVE_GLOO
-  GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank group";
-#else
+TEST_F(DistGroup, RanksJoinTheAgentsStoreAndEachAttemptAgreesAnew) {
+#ifdef BCD_HAVE_GLOO
   c10d::TCPStoreOptions so;
   so.port = 0;
   so.isServer = true;

@@ -55,11 +55,16 @@ int port_of(const Vars& v, const char* fallback, int dflt) {
   return dflt;
 }
 
+// A launcher's rank and world size, each required with the other; `source` names them in messages.
+void read_rank_and_size(const Vars& v, DistEnv& d, const char* source, const char* rank, const char* size) {
+  d.source = source;
+  d.rank = v.required(rank, size);
+  d.world_size = v.required(size, rank);
+}
+
 // torchrun's RANK/WORLD_SIZE (also `bcdtrain launch`'s and a Kubeflow PyTorchJob's).
 void read_torchrun(const Vars& v, DistEnv& d) {
-  d.source = "RANK/WORLD_SIZE";
-  d.rank = v.required("RANK", "WORLD_SIZE or RANK");
-  d.world_size = v.required("WORLD_SIZE", "WORLD_SIZE or RANK");
+  read_rank_and_size(v, d, "RANK/WORLD_SIZE", "RANK", "WORLD_SIZE");
   if (const auto local = v.count("LOCAL_RANK")) {
     d.local_rank = static_cast<int>(*local);
     d.local_world_size = static_cast<int>(v.count("LOCAL_WORLD_SIZE").value_or(d.world_size));
@@ -75,9 +80,7 @@ void read_torchrun(const Vars& v, DistEnv& d) {
 
 // Open MPI's mpirun: the ranks and the node's ranks; the store's host is the user's to give.
 void read_open_mpi(const Vars& v, DistEnv& d) {
-  d.source = "OMPI_COMM_WORLD_RANK/SIZE";
-  d.rank = v.required("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
-  d.world_size = v.required("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK");
+  read_rank_and_size(v, d, "OMPI_COMM_WORLD_RANK/SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
   d.local_rank = static_cast<int>(v.count("OMPI_COMM_WORLD_LOCAL_RANK").value_or(0));
   d.local_world_size = static_cast<int>(v.count("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1));
   if (d.world_size > 1 && !v.has("MASTER_ADDR"))
@@ -88,9 +91,7 @@ void read_open_mpi(const Vars& v, DistEnv& d) {
 }
 
 void read_slurm(const Vars& v, DistEnv& d) {
-  d.source = "SLURM_PROCID/SLURM_NTASKS";
-  d.rank = v.required("SLURM_PROCID", "SLURM_NTASKS");
-  d.world_size = v.required("SLURM_NTASKS", "SLURM_PROCID");
+  read_rank_and_size(v, d, "SLURM_PROCID/SLURM_NTASKS", "SLURM_PROCID", "SLURM_NTASKS");
   d.local_rank = static_cast<int>(v.count("SLURM_LOCALID").value_or(0));
   d.local_world_size = static_cast<int>(v.count("SLURM_NTASKS_PER_NODE").value_or(1));
   if (!v.has("MASTER_ADDR")) {
@@ -106,9 +107,7 @@ void read_slurm(const Vars& v, DistEnv& d) {
 
 // Kubeflow's PET_* (torchrun's own variables, as a TrainJob sets them for it): one rank per pod.
 void read_kubeflow(const Vars& v, DistEnv& d) {
-  d.source = "PET_NODE_RANK/PET_NNODES";
-  d.rank = v.required("PET_NODE_RANK", "PET_NNODES");
-  d.world_size = v.required("PET_NNODES", "PET_NODE_RANK");
+  read_rank_and_size(v, d, "PET_NODE_RANK/PET_NNODES", "PET_NODE_RANK", "PET_NNODES");
   const auto per_node = v.text("PET_NPROC_PER_NODE");
   if (per_node && *per_node != "1")
     user_error("environment: PET_NPROC_PER_NODE={}: several ranks in a pod need a launcher to start them; run "
