@@ -60,6 +60,16 @@ TEST(Nccl, NoSourceSetsABlockingWait) {
 // ---- Where ranks come from ----
 
 
+// Where `d` places this process: rank of world, local rank of the node's ranks, the store's address.
+void expect_place(const DistEnv& d, int rank, int world, int local, int local_world, const std::string& addr, int port) {
+  EXPECT_EQ(d.rank, rank);
+  EXPECT_EQ(d.world_size, world);
+  EXPECT_EQ(d.local_rank, local);
+  EXPECT_EQ(d.local_world_size, local_world);
+  EXPECT_EQ(d.master_addr, addr);
+  EXPECT_EQ(d.master_port, port);
+}
+
 TEST(DistEnv, NoVariablesIsOneRank) {
   ScopedEnv env({});
   const DistEnv d = DistEnv::from_environment();
@@ -72,24 +82,14 @@ TEST(DistEnv, TorchrunVariables) {
   ScopedEnv env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
                  {"MASTER_ADDR", "node07"}, {"MASTER_PORT", "29411"}});
   const DistEnv d = DistEnv::from_environment();
-  EXPECT_EQ(d.rank, 5);
-  EXPECT_EQ(d.world_size, 8);
-  EXPECT_EQ(d.local_rank, 1);
-  EXPECT_EQ(d.local_world_size, 4);
-  EXPECT_EQ(d.master_addr, "node07");
-  EXPECT_EQ(d.master_port, 29411);
+  expect_place(d, 5, 8, 1, 4, "node07", 29411);
 }
 
 TEST(DistEnv, SlurmVariables) {
   ScopedEnv env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
                  {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "gpu[07-08]"}, {"SLURM_JOB_ID", "123456"}});
   const DistEnv d = DistEnv::from_environment();
-  EXPECT_EQ(d.rank, 3);
-  EXPECT_EQ(d.world_size, 4);
-  EXPECT_EQ(d.local_rank, 1);
-  EXPECT_EQ(d.local_world_size, 2);
-  EXPECT_EQ(d.master_addr, "gpu07");
-  EXPECT_EQ(d.master_port, 29500 + 456);
+  expect_place(d, 3, 4, 1, 2, "gpu07", 29500 + 456);
 }
 
 TEST(DistEnv, FirstSlurmHost) {
@@ -138,12 +138,7 @@ DistEnv::Lookup vars(const std::map<std::string, std::string>& m) {
 TEST(DistEnv, WithoutLocalRankEachRankIsAloneOnItsMachine) {
   const DistEnv d = DistEnv::from(vars({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "job-master-0"},
                                         {"MASTER_PORT", "23456"}}));
-  EXPECT_EQ(d.rank, 3);
-  EXPECT_EQ(d.world_size, 4);
-  EXPECT_EQ(d.local_rank, 0);
-  EXPECT_EQ(d.local_world_size, 1);
-  EXPECT_EQ(d.master_addr, "job-master-0");
-  EXPECT_EQ(d.master_port, 23456);
+  expect_place(d, 3, 4, 0, 1, "job-master-0", 23456);
   EXPECT_FALSE(d.agent_store);
   EXPECT_EQ(d.restart_count, 0);
   const std::string err = error_of([] {
@@ -175,12 +170,7 @@ TEST(DistEnv, OpenMpiVariables) {
                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                                         {"MASTER_ADDR", "n0"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
   EXPECT_EQ(d.source, "OMPI_COMM_WORLD_RANK/SIZE");
-  EXPECT_EQ(d.rank, 3);
-  EXPECT_EQ(d.world_size, 4);
-  EXPECT_EQ(d.local_rank, 1);
-  EXPECT_EQ(d.local_world_size, 2);
-  EXPECT_EQ(d.master_addr, "n0");
-  EXPECT_EQ(d.master_port, 29500);
+  expect_place(d, 3, 4, 1, 2, "n0", 29500);
   const std::string err =
       error_of([] { DistEnv::from(vars({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}})); });
   EXPECT_NE(err.find("mpirun -x MASTER_ADDR="), std::string::npos) << err;
@@ -190,12 +180,7 @@ TEST(DistEnv, OpenMpiVariables) {
 TEST(DistEnv, KubeflowPetVariables) {
   const DistEnv d = DistEnv::from(vars({{"PET_NODE_RANK", "2"}, {"PET_NNODES", "3"}, {"PET_NPROC_PER_NODE", "1"},
                                         {"PET_MASTER_ADDR", "train-node-0-0.train"}, {"PET_MASTER_PORT", "29400"}}));
-  EXPECT_EQ(d.rank, 2);
-  EXPECT_EQ(d.world_size, 3);
-  EXPECT_EQ(d.local_rank, 0);
-  EXPECT_EQ(d.local_world_size, 1);
-  EXPECT_EQ(d.master_addr, "train-node-0-0.train");
-  EXPECT_EQ(d.master_port, 29400);
+  expect_place(d, 2, 3, 0, 1, "train-node-0-0.train", 29400);
   const std::string err = error_of(
       [] { DistEnv::from(vars({{"PET_NODE_RANK", "0"}, {"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "4"}})); });
   EXPECT_NE(err.find("PET_NPROC_PER_NODE=4"), std::string::npos) << err;
