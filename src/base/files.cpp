@@ -23,6 +23,34 @@ std::string read_file(const std::string& path, const std::string& what) {
   return ss.str();
 }
 
+bool write_fully(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return false;
+    if (w == 0) {
+      errno = ENOSPC;
+      return false;
+    }
+    p += w, n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+int64_t pread_fully(int fd, void* data, size_t n, uint64_t offset) {
+  auto* p = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, p + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return static_cast<int64_t>(got);
+}
+
 std::string temporary_beside(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
 
 void commit_temporary(const std::string& tmp, const std::string& path, const std::string& what) {
@@ -53,12 +81,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const st
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd) fail("create a temporary file beside it");
-    for (size_t done = 0; done < bytes.size();) {
-      const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("write");
-      done += static_cast<size_t>(n);
-    }
+    if (!write_fully(fd.get(), bytes.data(), bytes.size())) fail("write");
     if (fd.close() != 0) fail("close");
   }
   commit_temporary(tmp, path, what);

@@ -3,6 +3,8 @@
 // program opens sits in a UniqueFd).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -17,6 +19,12 @@ std::string read_file(const std::string& path, const std::string& what);
 // a crash after the call keeps the new one. The temporary is removed on failure. UserError naming
 // `what` and the path when it cannot be written.
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what);
+
+// The one loop around write(2) and pread(2): EINTR and short counts retried. write_fully: false
+// (errno set) on an error, a write that takes no byte counted as ENOSPC. pread_fully: the bytes
+// read, `n` unless the file ends first; -1 (errno set) on an error.
+bool write_fully(int fd, const void* data, size_t n);
+int64_t pread_fully(int fd, void* data, size_t n, uint64_t offset);
 
 // Every atomic write of the program, whatever writes its bytes (an HDF5 file, a safetensors
 // writer, a copy) ends here. temporary_beside: the name to write to, PATH.tmp-PID.

@@ -20,6 +20,7 @@
 #include "io/direct_io.h"
 #include "io/h5_util.h"
 #include "base/error.h"
+#include "base/files.h"
 
 namespace bcd {
 
@@ -79,17 +80,11 @@ uint64_t contiguous_offset(const H5::DataSet& ds, hsize_t n, const std::string& 
 // pread until `n` bytes are in; EINTR retried. An error or the end of the file is a UserError
 // naming the file and what was being read (the file shrank or broke after open()).
 void pread_full(int fd, void* dst, size_t n, uint64_t off, const std::string& path, const std::string& what) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) user_error("dataset file {}: cannot read {} ({} bytes at offset {}): {}", path, what, n, off, errno_text(errno));
-    if (r == 0) {
-      user_error("dataset file {}: ends at offset {} in the middle of {} (truncated since it was opened?)", path,
-                 off, what);
-    }
-    p += r, n -= static_cast<size_t>(r), off += static_cast<uint64_t>(r);
-  }
+  const int64_t got = pread_fully(fd, dst, n, off);
+  if (got < 0) user_error("dataset file {}: cannot read {} ({} bytes at offset {}): {}", path, what, n, off, errno_text(errno));
+  if (got < static_cast<int64_t>(n))
+    user_error("dataset file {}: ends at offset {} in the middle of {} (truncated since it was opened?)", path,
+               off + static_cast<uint64_t>(got), what);
 }
 
 uint32_t load_le(const uint8_t* p, int bytes) {

@@ -151,13 +151,7 @@ class AppendFile {
     }
   }
   void flush() {
-    size_t off = 0;
-    while (off < buf_.size()) {
-      ssize_t n = ::write(fd_.get(), buf_.data() + off, buf_.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) io_error("write", path_);
-      off += static_cast<size_t>(n);
-    }
+    if (!write_fully(fd_.get(), buf_.data(), buf_.size())) io_error("write", path_);
     bytes_ += buf_.size();
     buf_.clear();
   }
@@ -253,13 +247,7 @@ void copy_into(H5::Group& g, const char* name, const H5::PredType& type, const H
   std::vector<char> buf(kCopyBlock - kCopyBlock % elem);
   for (hsize_t at = 0; at < n;) {
     const hsize_t k = std::min<hsize_t>(n - at, buf.size() / elem);
-    size_t got = 0;
-    while (got < k * elem) {
-      ssize_t r = ::pread(fd.get(), buf.data() + got, k * elem - got, static_cast<off_t>(at * elem + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) io_error("read", raw);
-      got += static_cast<size_t>(r);
-    }
+    if (pread_fully(fd.get(), buf.data(), k * elem, at * elem) != static_cast<int64_t>(k * elem)) io_error("read", raw);
     file_space.selectHyperslab(H5S_SELECT_SET, &k, &at);
     H5::DataSpace mem_space(1, &k);
     ds.write(buf.data(), mem, mem_space, file_space);

@@ -232,16 +232,9 @@ Header parse_safetensors(const uint8_t* data, size_t size, const std::string& so
 
 namespace {
 
-// pread until done; EINTR retried, a short read (file shrank under us) is an error.
+// All `n` bytes, or false: a short read (the file shrank under us) is an error.
 bool pread_full(int fd, void* dst, size_t n, uint64_t off) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r, n -= static_cast<size_t>(r), off += static_cast<uint64_t>(r);
-  }
-  return true;
+  return pread_fully(fd, dst, n, off) == static_cast<int64_t>(n);
 }
 
 }  // namespace
@@ -328,13 +321,7 @@ SafetensorsWriter::~SafetensorsWriter() {
 }
 
 void SafetensorsWriter::write_all(const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd_.get(), p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) user_error("{}: write failed ({})", path_, std::strerror(errno));
-    p += w, n -= static_cast<size_t>(w);
-  }
+  if (!write_fully(fd_.get(), data, n)) user_error("{}: write failed ({})", path_, std::strerror(errno));
 }
 
 void SafetensorsWriter::write_part(const void* data, size_t bytes) {
