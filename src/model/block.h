@@ -113,4 +113,15 @@ class Block {
   bool trainable_ = false;
 };
 
+// A range of one block's flat gradient, and the rank whose optimizer shard owns it (data
+// parallel with sharded state: only the owner holds its summed value after the reduction).
+struct GradRange {
+  int block = 0;
+  int64_t begin = 0, len = 0;
+  int rank = 0;
+  bool operator==(const GradRange& o) const {
+    return block == o.block && begin == o.begin && len == o.len && rank == o.rank;
+  }
+};
+
 }  // namespace bcd

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "model/llama.h"
-#include "runtime/optimizer.h"
 #include "runtime/process_group.h"
 
 namespace bcd {

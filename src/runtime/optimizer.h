@@ -28,17 +28,6 @@ double visit_lr_factor(const BcdConfig& b, uint64_t step_in_visit);
 // not drained to clip; whoever needs the figure reads it (the trainer, on logged steps).
 torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm);
 
-// A range of one block's flat gradient, and the rank whose optimizer shard owns it (data
-// parallel with sharded state: only the owner holds its summed value after the reduction).
-struct GradRange {
-  int block = 0;
-  int64_t begin = 0, len = 0;
-  int rank = 0;
-  bool operator==(const GradRange& o) const {
-    return block == o.block && begin == o.begin && len == o.len && rank == o.rank;
-  }
-};
-
 // The same over a sharded gradient: the norm of the `owned` ranges (this rank's), squared and
 // summed over ranks by `sum_over_ranks` (in place, on the device: the global norm's square),
 // and only those ranges scaled. The host reads nothing.
