@@ -4,21 +4,23 @@
 # (tests/layering/) read this one table; a folder missing from it is an error there.
 #
 #   cli       the command line: one file per command group, main.cpp dispatches
-#   runtime   trainer, run set-up, BCD scheduler, optimizer glue, distributed, launcher
+#   runtime   trainer, run set-up, BCD scheduler, optimizer glue
+#   dist      process groups, gradient reduction, launchers' variables, launch, run identity
 #   model     Llama family, HF formats, weights files      memory   tiers, slab pool, planner, stager
 #   data      tokenizer, documents, chat templates, prepare, datasets, loader, the Batch
 #   io        io_uring engine, extent store, state files, checkpoints      kernels   AdamW, copy streams
 #   base      errors, config structs and loading, byte sizes, progress
 # (model sees data for the Batch a step trains on; memory knows bytes and units, never data.)
-set(BCD_FLOORS base kernels io data model memory runtime cli)
+set(BCD_FLOORS base kernels io data model memory dist runtime cli)
 set(BCD_FLOOR_base_USES "")
 set(BCD_FLOOR_kernels_USES base)
 set(BCD_FLOOR_io_USES base)
 set(BCD_FLOOR_data_USES io base)
 set(BCD_FLOOR_model_USES data io kernels base)
 set(BCD_FLOOR_memory_USES io kernels base)
-set(BCD_FLOOR_runtime_USES memory model data io kernels base)
-set(BCD_FLOOR_cli_USES runtime memory model data io kernels base)
+set(BCD_FLOOR_dist_USES memory model data io kernels base)
+set(BCD_FLOOR_runtime_USES dist memory model data io kernels base)
+set(BCD_FLOOR_cli_USES runtime dist memory model data io kernels base)
 
 # Source folder of a floor.
 function(bcd_floor_source_dir floor out)

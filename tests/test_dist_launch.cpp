@@ -16,9 +16,9 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "cli/launch_args.h"
-#include "runtime/launcher.h"
-#include "runtime/process_group.h"
-#include "runtime/run_identity.h"
+#include "dist/launcher.h"
+#include "dist/process_group.h"
+#include "dist/run_identity.h"
 #include "runtime/run_setup.h"
 #ifdef BCD_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>

@@ -286,7 +286,7 @@ TEST_F(TrainerRun, DivergenceStopsAtTheNextLoggedStep) {
 // A step reads no device value on the host (on a GPU each read drains the device's queue)
 // except on logged steps: the loss (with the first step's, kept on the device until then) and
 // the gradient norm, one read each; the last step's validation loss is one more. Counted through
-// the one function every such read goes through (runtime/host_read.h).
+// the one function every such read goes through (dist/host_read.h).
 TEST_F(TrainerRun, OnlyLoggedStepsReadDeviceValues) {
   const std::string run = run_dir("host_reads");
   auto r = test::run_bcdtrain(train_tiny() +

@@ -469,7 +469,7 @@ std::vector<std::pair<std::string, Resume>> resume_classes();
 std::string config_to_toml(const Config& cfg);
 
 // Every key as ("section.key", its value as config.toml writes it: 0.002, 'runs/a', [ 1, 2 ]),
-// in declaration order: what ranks compare before they train (runtime/run_identity.h).
+// in declaration order: what ranks compare before they train (dist/run_identity.h).
 std::vector<std::pair<std::string, std::string>> config_values(Config& cfg);
 
 // Markdown reference of every key with its default and doc line.

@@ -25,7 +25,7 @@
 #include "base/stop.h"
 #include "cli/command.h"
 #include "io/state_file.h"
-#include "runtime/launcher.h"
+#include "dist/launcher.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher.h"
+#include "dist/launcher.h"
 
 namespace bcd::cli {
 
@@ -14,7 +14,7 @@ namespace bcd::cli {
 // (its --config FILE and its overrides, both forms, read by split_overrides as every command's
 // are) gives [dist] nproc when --nproc is not given. UserError on a bad option, on a command
 // other than `train` (the one meant to run on every rank) or not in `commands` (bcdtrain's
-// commands; not checked when empty), and on what check_launch (runtime/launcher.h) refuses.
+// commands; not checked when empty), and on what check_launch (dist/launcher.h) refuses.
 std::vector<std::string> parse_launch_args(const std::vector<std::string>& args, LaunchOptions& opt,
                                            const std::vector<std::string>& commands = {});
 

@@ -12,7 +12,7 @@
 #include "cli/command.h"
 #include "cli/flags.h"
 #include "cli/launch_args.h"
-#include "runtime/launcher.h"
+#include "dist/launcher.h"
 
 namespace bcd::cli {
 

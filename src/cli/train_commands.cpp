@@ -14,7 +14,7 @@
 #include "cli/command.h"
 #include "io/checkpoint.h"
 #include "io/dir_lock.h"
-#include "runtime/process_group.h"
+#include "dist/process_group.h"
 #include "runtime/resume.h"
 #include "runtime/run_setup.h"
 #include "runtime/trainer.h"

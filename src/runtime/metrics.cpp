@@ -1,5 +1,5 @@
 // Metrics: JSON lines, one flush per record so a crash loses at most the current step.
-#include "runtime/host_read.h"
+#include "dist/host_read.h"
 #include "runtime/metrics.h"
 
 #include <fmt/format.h>
@@ -136,7 +136,7 @@ void MetricsLog::record(const StepStats& s, const RunSetup& run) {
                               {"host", acct.usage(Pool::kHost).total_peak},
                               {"nvme", acct.usage(Pool::kNvme).total_peak}};
   rec["rss_peak_bytes"] = process_memory_bytes("VmHWM");
-  rec["host_reads_total"] = host_reads();  // device values read by the host (runtime/host_read.h)
+  rec["host_reads_total"] = host_reads();  // device values read by the host (dist/host_read.h)
   if (run.device.is_cuda())  // what the GPU really held, beside the accounting's figures
     if (const auto p = cuda_allocator_peaks(cuda_index(run.device))) {
       rec["cuda_peak_allocated_bytes"] = p->allocated;

@@ -14,7 +14,7 @@
 #include "base/stop.h"
 #include "io/checkpoint.h"
 #include "model/weights.h"
-#include "runtime/host_read.h"
+#include "dist/host_read.h"
 #include "runtime/train_state.h"
 
 namespace bcd {

@@ -16,7 +16,7 @@
 #include "model/hf_import.h"
 #include "runtime/cuda_torch.h"
 #include "runtime/resume.h"
-#include "runtime/run_identity.h"
+#include "dist/run_identity.h"
 
 namespace bcd {
 

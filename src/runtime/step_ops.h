@@ -12,9 +12,9 @@
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
 #include "runtime/block_optimizer.h"
-#include "runtime/grad_reducer.h"
+#include "dist/grad_reducer.h"
 #include "runtime/optimizer.h"
-#include "runtime/process_group.h"
+#include "dist/process_group.h"
 
 namespace bcd {
 

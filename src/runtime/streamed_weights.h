@@ -27,7 +27,7 @@
 #include "memory/planner.h"
 #include "memory/weight_stream.h"
 #include "model/llama.h"
-#include "runtime/process_group.h"
+#include "dist/process_group.h"
 
 namespace bcd {
 

@@ -23,7 +23,7 @@
 #include "model/llama.h"
 #include "runtime/bcd_scheduler.h"
 #include "runtime/block_optimizer.h"
-#include "runtime/process_group.h"
+#include "dist/process_group.h"
 #include "runtime/streamed_weights.h"
 
 namespace bcd {

@@ -1,7 +1,7 @@
 // Training: the step loop reads top to bottom like the algorithm (DESIGN §4); what stops it
 // (signals, I/O errors, divergence, checkpoints) is run_guard's; set-up, checkpoint
 // state and metrics records live in run_setup, train_state and metrics.
-#include "runtime/host_read.h"
+#include "dist/host_read.h"
 #include "runtime/trainer.h"
 
 #include <fmt/format.h>
@@ -27,7 +27,7 @@
 #include "io/dir_lock.h"
 #include "model/weights.h"
 #include "runtime/plots.h"
-#include "runtime/process_group.h"
+#include "dist/process_group.h"
 #include "runtime/run_banner.h"
 #include "runtime/run_guard.h"
 #include "runtime/sampler.h"

@@ -12,7 +12,7 @@
 #include "base/config.h"
 #include "data/loader.h"
 #include "memory/planner.h"
-#include "runtime/rank_facts.h"
+#include "dist/rank_facts.h"
 
 namespace bcd {
 

@@ -1,6 +1,6 @@
 // What ranks say about their run, compared across ranks (ProcessGroup::agree), and how their
 // differences are named.
-#include "runtime/rank_facts.h"
+#include "dist/rank_facts.h"
 
 #include <fmt/format.h>
 

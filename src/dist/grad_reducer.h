@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "model/llama.h"
-#include "runtime/process_group.h"
+#include "dist/process_group.h"
 
 namespace bcd {
 

@@ -1,5 +1,5 @@
 // A rank's description of its run, for the check that every rank runs the same one.
-#include "runtime/run_identity.h"
+#include "dist/run_identity.h"
 
 #include <elf.h>
 #include <link.h>

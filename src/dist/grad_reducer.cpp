@@ -1,5 +1,5 @@
 // Bucketed all-reduce of the active unit's gradient, started from gradient-accumulator hooks.
-#include "runtime/grad_reducer.h"
+#include "dist/grad_reducer.h"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>

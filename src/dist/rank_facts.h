@@ -1,5 +1,5 @@
 // What one rank says must be the same on every rank, and how differences are named: the
-// vocabulary ProcessGroup::agree compares in and runtime/run_identity.h describes a run in.
+// vocabulary ProcessGroup::agree compares in and dist/run_identity.h describes a run in.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// Counted host reads of device values (runtime/host_read.h).
-#include "runtime/host_read.h"
+// Counted host reads of device values (dist/host_read.h).
+#include "dist/host_read.h"
 
 #include <atomic>
 

@@ -1,6 +1,6 @@
 // Rendezvous, agreement and collectives over c10d (TCPStore + ProcessGroupGloo/NCCL); where the
 // ranks come from: dist_env.cpp.
-#include "runtime/process_group.h"
+#include "dist/process_group.h"
 
 #include <fmt/format.h>
 
@@ -30,8 +30,8 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "base/error.h"
-#include "runtime/host_read.h"
-#include "runtime/rank_facts.h"
+#include "dist/host_read.h"
+#include "dist/rank_facts.h"
 
 #ifdef BCD_HAVE_C10D
 #include <c10/util/Logging.h>

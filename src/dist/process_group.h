@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/config.h"
-#include "runtime/rank_facts.h"
+#include "dist/rank_facts.h"
 
 namespace c10 {
 struct Event;

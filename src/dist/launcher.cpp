@@ -1,5 +1,5 @@
 // Process management of `bcdtrain launch`: fork/exec per rank, signal forwarding, failure fan-out.
-#include "runtime/launcher.h"
+#include "dist/launcher.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,5 +1,5 @@
 // Where the ranks come from: the environment a launcher (bcdtrain launch, torchrun, mpirun, srun,
-// Kubeflow) sets (runtime/process_group.h: DistEnv), and what a rank leaves for torchrun when it
+// Kubeflow) sets (dist/process_group.h: DistEnv), and what a rank leaves for torchrun when it
 // fails (its error file).
 #include <algorithm>
 #include <cstdlib>
@@ -12,8 +12,8 @@
 #include "base/bytes.h"
 #include "base/error.h"
 #include "base/files.h"
-#include "runtime/launcher.h"
-#include "runtime/process_group.h"
+#include "dist/launcher.h"
+#include "dist/process_group.h"
 
 namespace bcd {
 
