@@ -9,8 +9,8 @@
 
 #include "memory/stager.h"
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
 #include "test_util.h"
 
 namespace bcd::test {

@@ -5,11 +5,11 @@
 #include <set>
 
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
 #include "runtime/cuda_torch.h"
 #include "runtime/flops.h"
-#include "runtime/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace bcd {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "memory/planner.h"
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "planner_test_helpers.h"

@@ -12,7 +12,7 @@
 #include "memory/slab_pool.h"
 #include "memory/stager.h"
 #include "model/llama.h"
-#include "runtime/block_optimizer.h"
+#include "optim/block_optimizer.h"
 #include "base/error.h"
 #include "staging_test_helpers.h"
 #include "test_util.h"

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "model/llama.h"
-#include "runtime/optimizer.h"
+#include "optim/optimizer.h"
 #include "runtime/plots.h"
 #include "test_util.h"
 

@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
 #include "checkpoint_test_helpers.h"
 #include "planner_test_helpers.h"
 #include "test_util.h"

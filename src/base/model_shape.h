@@ -2,7 +2,7 @@
 // block of the Llama-family decoder, how a block lays them out in its flat buffer, and how BCD
 // partitions the blocks into units (layers, attention/MLP halves, vocabulary slices). The model
 // builds its blocks from it (model/block.h), the planner sizes them (memory/planner.h) and the
-// scheduler trains its units (runtime/bcd_scheduler.h): they cannot disagree.
+// scheduler trains its units (optim/bcd_scheduler.h): they cannot disagree.
 #pragma once
 
 #include <cstdint>

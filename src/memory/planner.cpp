@@ -128,7 +128,7 @@ struct PlanInputs {
   uint64_t w = 4;                // working bytes per element
   uint64_t gw = 4;               // gradient bytes per element: autograd's buffer (+ the fp32 sum in bf16)
 
-  // This rank's elements of a unit's (or block's) state: the largest slice (runtime/block_optimizer.h).
+  // This rank's elements of a unit's (or block's) state: the largest slice (optim/block_optimizer.h).
   uint64_t own(int64_t elems) const { return static_cast<uint64_t>(shard_range(elems, 0, shards).len); }
   // A unit's bytes of the kinds that need an off-compute home between visits.
   uint64_t offloaded(int64_t elems) const {

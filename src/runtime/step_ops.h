@@ -10,10 +10,10 @@
 
 #include "base/config.h"
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
 #include "dist/grad_reducer.h"
-#include "runtime/optimizer.h"
+#include "optim/optimizer.h"
 #include "dist/process_group.h"
 
 namespace bcd {

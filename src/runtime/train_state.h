@@ -21,8 +21,8 @@
 #include "base/config.h"
 #include "data/loader.h"
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
 #include "dist/process_group.h"
 #include "runtime/streamed_weights.h"
 

@@ -11,9 +11,9 @@
 
 #include "bench_util.h"
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
-#include "runtime/optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
+#include "optim/optimizer.h"
 #include "runtime/trainer.h"
 
 using namespace bcd;

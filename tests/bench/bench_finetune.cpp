@@ -36,7 +36,7 @@
 #include "data/dataset.h"
 #include "data/prepare.h"
 #include "model/weights.h"
-#include "runtime/bcd_scheduler.h"
+#include "optim/bcd_scheduler.h"
 #include "runtime/trainer.h"
 
 using namespace bcd;

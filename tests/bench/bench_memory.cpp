@@ -8,8 +8,8 @@
 #include "memory/accounting.h"
 #include "memory/planner.h"
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
 #include "runtime/trainer.h"
 
 using namespace bcd;

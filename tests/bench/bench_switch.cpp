@@ -22,8 +22,8 @@
 #include "bench_util.h"
 #include "memory/accounting.h"
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/block_optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/block_optimizer.h"
 #include "runtime/trainer.h"
 
 using namespace bcd;

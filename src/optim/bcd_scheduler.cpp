@@ -1,5 +1,5 @@
 // Block partition (units) and the BCD visiting schedule.
-#include "runtime/bcd_scheduler.h"
+#include "optim/bcd_scheduler.h"
 
 #include <algorithm>
 #include <numeric>

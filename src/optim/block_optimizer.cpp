@@ -1,5 +1,5 @@
 // Per-unit AdamW: state bookkeeping around the fused kernel (kernels/adamw.h) and the stager.
-#include "runtime/block_optimizer.h"
+#include "optim/block_optimizer.h"
 
 #include <algorithm>
 #include <cstring>

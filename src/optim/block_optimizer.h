@@ -25,8 +25,8 @@
 #include "memory/planner.h"
 #include "memory/stager.h"
 #include "model/llama.h"
-#include "runtime/bcd_scheduler.h"
-#include "runtime/optimizer.h"
+#include "optim/bcd_scheduler.h"
+#include "optim/optimizer.h"
 #include "base/config.h"
 
 namespace bcd {

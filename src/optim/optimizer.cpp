@@ -1,5 +1,5 @@
 // Baseline AdamW over per-block flat buffers, LR schedule and gradient clipping.
-#include "runtime/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
