@@ -29,6 +29,7 @@
 #include "runtime/plots.h"
 #include "dist/process_group.h"
 #include "runtime/run_banner.h"
+#include "runtime/step_report.h"
 #include "runtime/run_guard.h"
 #include "runtime/sampler.h"
 #include "runtime/train_state.h"
@@ -103,7 +104,7 @@ struct Throughput {
   double interval_flops = 0;
 
   void add(double step_s, double flops) { train_s += step_s, interval_s += step_s, ++interval_steps, interval_flops += flops; }
-  void record(StepStats& s, int64_t tokens_per_step, int64_t steps) {
+  void record(StepReport& s, int64_t tokens_per_step, int64_t steps) {
     s.tokens_per_s = static_cast<double>(tokens_per_step * interval_steps) / std::max(interval_s, 1e-9);
     s.tflops = interval_flops / std::max(interval_s, 1e-9) / 1e12;
     s.elapsed_s = seconds_since(start);
@@ -113,11 +114,12 @@ struct Throughput {
 };
 
 // The frozen layers' weights the step streamed, and its waits for them.
-void take_stream_stats(RunSetup& run, StepStats& s) {
+void take_stream_stats(RunSetup& run, StepReport& s) {
   if (!run.streamed) return;
   const StreamStepStats st = run.streamed->take();
   s.stream_bytes = st.bytes, s.stream_uses = st.uses, s.stream_stall_s = st.stall_s;
-  s.stream_layer_stall_s = st.max_layer_stall_s, s.stream_stall_block = st.max_stall_block;
+  s.stream_layer_stall_s = st.max_layer_stall_s;
+  if (st.max_stall_block >= 0) s.stream_stall_block = run.model.block(st.max_stall_block).name();
 }
 
 // One optimizer step per iteration (DESIGN §4): switch if due, prefetch, forward, truncated
@@ -138,7 +140,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
       run.ops().prefetch();                                                    // look-ahead
     });
     if (run.streamed) run.streamed->take();  // what validation or sampling streamed is not this step's
-    StepStats s;
+    StepReport s;
     s.step = step, s.unit = run.sched.current(), s.flops = run.ops().step_flops();
     s.lr = lr_at(tc, step - 1) * visit_lr_factor(run.cfg.bcd, run.sched.step_in_visit());
     run.model.zero_grad();
@@ -200,8 +202,9 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
           evaluate_val_loss(run.model, run.sources, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
     if (logs) {                                                          // log
       rate.record(s, run.tokens_per_step(), tc.steps);
-      if (log) log->record(s, run);
-      console.progress(MetricsLog::progress_line(s, run), validate || step == tc.steps);
+      add_run_figures(s, run);
+      if (log) log->record(s);
+      console.progress(MetricsLog::progress_line(s), validate || step == tc.steps);
     }
     switch_due = run.sched.step();
     if (guard.checkpoint_or_stop(step, checkpoint, switch_due, sum)) break;  // checkpoint
