@@ -16,7 +16,7 @@
 #include "io/checkpoint.h"
 #include "base/error.h"
 #include "checkpoint_test_helpers.h"
-#include "runtime/metrics.h"
+#include "report/metrics.h"
 #include "test_util.h"
 
 namespace bcd {

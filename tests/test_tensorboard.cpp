@@ -9,7 +9,7 @@
 #include <map>
 #include <set>
 
-#include "runtime/tensorboard.h"
+#include "report/tensorboard.h"
 #include "test_util.h"
 
 namespace bcd {

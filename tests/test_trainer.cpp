@@ -15,7 +15,7 @@
 
 #include "model/llama.h"
 #include "optim/optimizer.h"
-#include "runtime/plots.h"
+#include "report/plots.h"
 #include "test_util.h"
 
 namespace bcd {

@@ -221,7 +221,7 @@ struct TrainConfig {
   CpuMatmul cpu_matmul = CpuMatmul::kAuto;  // fp32 CPU GEMMs: oneDNN or LibTorch's BLAS (model/matmul.h)
   bool tf32 = false;              // CUDA fp32 GEMMs on TF32 tensor cores
   bool save_model = true;         // write model.h5 and samples.txt at the end (false: measurements)
-  bool plot = false;              // draw <run_dir>/plots (runtime/plots.h) when the run ends
+  bool plot = false;              // draw <run_dir>/plots (report/plots.h) when the run ends
   bool tensorboard = false;       // also write metrics.jsonl's scalars as TensorBoard events
 
   void validate() const;  // this section alone; UserError naming the key

@@ -1,4 +1,4 @@
-// plot: the PNGs of one or more runs' metrics.jsonl (runtime/plots.h). Its flags are read here,
+// plot: the PNGs of one or more runs' metrics.jsonl (report/plots.h). Its flags are read here,
 // in order, as scripts/plot.sh read them (that script now only calls this command).
 #include <fmt/format.h>
 
@@ -10,8 +10,8 @@
 #include "base/error.h"
 #include "base/printable.h"
 #include "cli/command.h"
-#include "runtime/plots.h"
-#include "runtime/tensorboard.h"
+#include "report/plots.h"
+#include "report/tensorboard.h"
 
 namespace bcd::cli {
 namespace {

@@ -14,7 +14,7 @@
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "model/hf_config.h"
-#include "runtime/summary.h"
+#include "report/summary.h"
 
 namespace bcd {
 

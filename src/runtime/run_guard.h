@@ -14,9 +14,9 @@
 
 #include "base/stop.h"
 #include "data/batch.h"
-#include "runtime/metrics.h"
+#include "report/metrics.h"
 #include "runtime/run_setup.h"
-#include "runtime/summary.h"
+#include "report/summary.h"
 
 namespace bcd {
 

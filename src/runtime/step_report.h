@@ -1,8 +1,8 @@
-// A step's report (runtime/metrics.h's StepReport) completed with what the run's parts hold: the
+// A step's report (report/metrics.h's StepReport) completed with what the run's parts hold: the
 // visit, the optimizer's state and staging, streamed weights, the ranks' communication, memory.
 #pragma once
 
-#include "runtime/metrics.h"
+#include "report/metrics.h"
 #include "runtime/run_setup.h"
 
 namespace bcd {

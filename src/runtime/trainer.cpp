@@ -26,7 +26,7 @@
 #include "io/checkpoint.h"
 #include "io/dir_lock.h"
 #include "model/weights.h"
-#include "runtime/plots.h"
+#include "report/plots.h"
 #include "dist/process_group.h"
 #include "runtime/run_banner.h"
 #include "runtime/step_report.h"

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/metrics.h"
+#include "report/metrics.h"
 #include "runtime/run_setup.h"
-#include "runtime/summary.h"
+#include "report/summary.h"
 
 namespace bcd {
 
@@ -18,9 +18,9 @@ namespace bcd {
 // model.h5, tokenizer.model, samples.txt}, and checkpoints/step-N.h5 every train.checkpoint_every
 // steps, at the end, and on SIGINT/SIGTERM (then it stops: runtime/run_guard.h). Progress goes
 // to stdout unless quiet. Whichever way it ends once the run directory is claimed, it writes
-// <run_dir>/summary.json (runtime/summary.h) — except a resume refused before it wrote anything,
+// <run_dir>/summary.json (report/summary.h) — except a resume refused before it wrote anything,
 // which leaves the run's files as they were. With train.plot, a finished or stopped run draws its
-// plots into <run_dir>/plots (runtime/plots.h). `resume_from`: a checkpoint file to continue from, exactly.
+// plots into <run_dir>/plots (report/plots.h). `resume_from`: a checkpoint file to continue from, exactly.
 // The run directory is locked for the run (a second run on it is refused naming the holder's
 // PID), and a fresh run into a directory holding an earlier run's checkpoints is refused
 // unless `overwrite`, which deletes them first.

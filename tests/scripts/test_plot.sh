@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests of scripts/plot.sh, and so of `bcdtrain plot` (src/runtime/plots.cpp) that it runs, on the
+# Tests of scripts/plot.sh, and so of `bcdtrain plot` (src/report/plots.cpp) that it runs, on the
 # runs in fixtures/plot/ (README.md there). They need the built binary: $BCD_BINARY (ctest sets it
 # to the build's bcdtrain), else build/bcdtrain of this clone.
 #   plots   two runs (BCD with switches and validation, AdamW without either): every PNG is a PNG

@@ -1,10 +1,10 @@
-// TensorBoard event files (runtime/tensorboard.h). The records, after TensorFlow's
+// TensorBoard event files (report/tensorboard.h). The records, after TensorFlow's
 // tensorflow/core/util/event.proto and summary.proto:
 //   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
 //   Summary { repeated Value value = 1; }
 //   Value   { string tag = 1; float simple_value = 2; }
 // and TFRecord's framing (tensorflow/core/lib/io/record_writer.cc).
-#include "runtime/tensorboard.h"
+#include "report/tensorboard.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

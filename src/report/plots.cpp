@@ -1,7 +1,7 @@
 // The plots of runs' metrics.jsonl: records read and checked, the six plots' series built, a
 // gnuplot script and data files per plot in a temporary directory, gnuplot (pngcairo) run on
 // each, plots.json written; and train.plot, which draws a finished run's plots in-process.
-#include "runtime/plots.h"
+#include "report/plots.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

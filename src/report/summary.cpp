@@ -1,5 +1,5 @@
 // summary.json: written when a run ends, read by `train --resume auto`.
-#include "runtime/summary.h"
+#include "report/summary.h"
 
 #include <cmath>
 

@@ -16,7 +16,7 @@
 #include "memory/stager.h"
 #include "memory/tier.h"
 #include "memory/weight_stream.h"
-#include "runtime/tensorboard.h"
+#include "report/tensorboard.h"
 
 namespace bcd {
 
@@ -24,7 +24,7 @@ class MetricsWriter {
  public:
   // Truncates the file (a new run) unless `append` (a resumed run). With `tensorboard`, every
   // record also goes to the TensorBoard events of the file's directory, written anew from the
-  // file's records so far (runtime/tensorboard.h).
+  // file's records so far (report/tensorboard.h).
   MetricsWriter(const std::string& path, bool append = false, bool tensorboard = false);
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }

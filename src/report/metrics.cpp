@@ -1,5 +1,5 @@
 // Metrics: JSON lines, one flush per record so a crash loses at most the current step.
-#include "runtime/metrics.h"
+#include "report/metrics.h"
 
 #include <fmt/format.h>
 
