@@ -67,29 +67,29 @@ std::vector<SlotShape> model_block_slots(const ModelConfig& cfg, int block) {
   const int64_t c = cfg.d_model, d = cfg.head_dim(), h = cfg.n_heads, kv = cfg.kv_heads();
   const int64_t f = cfg.ff_dim(), v = cfg.vocab_size;
   constexpr Part kAttn = Part::kAttn, kMlp = Part::kMlp, kNone = Part::kNone;
-  if (block == 0) return {{"tok_embeddings", {v, c}, true, kNone}};
+  if (block == 0) return {{slot::kTokEmbeddings, {v, c}, true, kNone}};
   if (block == model_block_count(cfg) - 1) {
-    std::vector<SlotShape> head = {{"norm", {c}, false, kNone}};
-    if (!cfg.tie_embeddings) head.push_back({"output", {v, c}, true, kNone});
+    std::vector<SlotShape> head = {{slot::kNorm, {c}, false, kNone}};
+    if (!cfg.tie_embeddings) head.push_back({slot::kOutput, {v, c}, true, kNone});
     return head;
   }
   std::vector<SlotShape> s = {
-      {"attn_norm", {c}, false, kAttn}, {"wq", {h * d, c}, true, kAttn}, {"wk", {kv * d, c}, true, kAttn},
-      {"wv", {kv * d, c}, true, kAttn}, {"wo", {c, h * d}, true, kAttn},
+      {slot::kAttnNorm, {c}, false, kAttn}, {slot::kWq, {h * d, c}, true, kAttn}, {slot::kWk, {kv * d, c}, true, kAttn},
+      {slot::kWv, {kv * d, c}, true, kAttn}, {slot::kWo, {c, h * d}, true, kAttn},
   };
   if (cfg.qkv_bias) {
-    s.push_back({"bq", {h * d}, false, kAttn});
-    s.push_back({"bk", {kv * d}, false, kAttn});
-    s.push_back({"bv", {kv * d}, false, kAttn});
+    s.push_back({slot::kBq, {h * d}, false, kAttn});
+    s.push_back({slot::kBk, {kv * d}, false, kAttn});
+    s.push_back({slot::kBv, {kv * d}, false, kAttn});
   }
   if (cfg.qk_norm) {
-    s.push_back({"q_norm", {d}, false, kAttn});
-    s.push_back({"k_norm", {d}, false, kAttn});
+    s.push_back({slot::kQNorm, {d}, false, kAttn});
+    s.push_back({slot::kKNorm, {d}, false, kAttn});
   }
-  s.push_back({"mlp_norm", {c}, false, kMlp});
-  s.push_back({"w_gate", {f, c}, true, kMlp});
-  s.push_back({"w_up", {f, c}, true, kMlp});
-  s.push_back({"w_down", {c, f}, true, kMlp});
+  s.push_back({slot::kMlpNorm, {c}, false, kMlp});
+  s.push_back({slot::kWGate, {f, c}, true, kMlp});
+  s.push_back({slot::kWUp, {f, c}, true, kMlp});
+  s.push_back({slot::kWDown, {c, f}, true, kMlp});
   return s;
 }
 

@@ -21,6 +21,28 @@ namespace bcd {
 enum class Part { kNone, kAttn, kMlp };
 const char* name_of(Part p);  // "", "attn", "mlp"
 
+// The slots' names, written once: the shape table (model_block_slots), the model's forward
+// (model/llama.cpp), the FLOP count and the Hugging Face name map (model/hf_weights.cpp).
+namespace slot {
+inline constexpr const char* kTokEmbeddings = "tok_embeddings";
+inline constexpr const char* kNorm = "norm";
+inline constexpr const char* kOutput = "output";
+inline constexpr const char* kAttnNorm = "attn_norm";
+inline constexpr const char* kWq = "wq";
+inline constexpr const char* kWk = "wk";
+inline constexpr const char* kWv = "wv";
+inline constexpr const char* kWo = "wo";
+inline constexpr const char* kBq = "bq";
+inline constexpr const char* kBk = "bk";
+inline constexpr const char* kBv = "bv";
+inline constexpr const char* kQNorm = "q_norm";
+inline constexpr const char* kKNorm = "k_norm";
+inline constexpr const char* kMlpNorm = "mlp_norm";
+inline constexpr const char* kWGate = "w_gate";
+inline constexpr const char* kWUp = "w_up";
+inline constexpr const char* kWDown = "w_down";
+}  // namespace slot
+
 // One parameter of a block, before layout.
 struct SlotShape {
   std::string name;              // e.g. "wq"

@@ -32,30 +32,30 @@ std::vector<HfTensor> hf_tensor_map(const ModelConfig& cfg) {
       if (in[i].name == slot) return out.push_back({name, block, slot, in[i].shape, shapes[static_cast<size_t>(block)].offsets[i]});
     BCD_CHECK(false, "block {} has no slot {}", shapes[static_cast<size_t>(block)].name, slot);
   };
-  add("model.embed_tokens.weight", 0, "tok_embeddings");
+  add("model.embed_tokens.weight", 0, slot::kTokEmbeddings);
   for (int64_t i = 0; i < cfg.n_layers; ++i) {
     const int b = static_cast<int>(i) + 1;
     const std::string p = fmt::format("model.layers.{}.", i);
-    add(p + "self_attn.q_proj.weight", b, "wq");
-    if (cfg.qkv_bias) add(p + "self_attn.q_proj.bias", b, "bq");
-    add(p + "self_attn.k_proj.weight", b, "wk");
-    if (cfg.qkv_bias) add(p + "self_attn.k_proj.bias", b, "bk");
-    add(p + "self_attn.v_proj.weight", b, "wv");
-    if (cfg.qkv_bias) add(p + "self_attn.v_proj.bias", b, "bv");
-    add(p + "self_attn.o_proj.weight", b, "wo");
+    add(p + "self_attn.q_proj.weight", b, slot::kWq);
+    if (cfg.qkv_bias) add(p + "self_attn.q_proj.bias", b, slot::kBq);
+    add(p + "self_attn.k_proj.weight", b, slot::kWk);
+    if (cfg.qkv_bias) add(p + "self_attn.k_proj.bias", b, slot::kBk);
+    add(p + "self_attn.v_proj.weight", b, slot::kWv);
+    if (cfg.qkv_bias) add(p + "self_attn.v_proj.bias", b, slot::kBv);
+    add(p + "self_attn.o_proj.weight", b, slot::kWo);
     if (cfg.qk_norm) {  // Qwen3
-      add(p + "self_attn.q_norm.weight", b, "q_norm");
-      add(p + "self_attn.k_norm.weight", b, "k_norm");
+      add(p + "self_attn.q_norm.weight", b, slot::kQNorm);
+      add(p + "self_attn.k_norm.weight", b, slot::kKNorm);
     }
-    add(p + "mlp.gate_proj.weight", b, "w_gate");
-    add(p + "mlp.up_proj.weight", b, "w_up");
-    add(p + "mlp.down_proj.weight", b, "w_down");
-    add(p + "input_layernorm.weight", b, "attn_norm");
-    add(p + "post_attention_layernorm.weight", b, "mlp_norm");
+    add(p + "mlp.gate_proj.weight", b, slot::kWGate);
+    add(p + "mlp.up_proj.weight", b, slot::kWUp);
+    add(p + "mlp.down_proj.weight", b, slot::kWDown);
+    add(p + "input_layernorm.weight", b, slot::kAttnNorm);
+    add(p + "post_attention_layernorm.weight", b, slot::kMlpNorm);
   }
   const int head = model_block_count(cfg) - 1;
-  add("model.norm.weight", head, "norm");
-  if (!cfg.tie_embeddings) add("lm_head.weight", head, "output");
+  add("model.norm.weight", head, slot::kNorm);
+  if (!cfg.tie_embeddings) add("lm_head.weight", head, slot::kOutput);
   return out;
 }
 

@@ -315,7 +315,7 @@ void LlamaModel::init_weights(uint64_t seed) {
       BCD_CHECK(s.offset >= covered, "block {}: slot {} is out of offset order", b.name(), s.name);
       if (s.offset > covered) data.narrow(0, covered, s.offset - covered).zero_();
       covered = s.offset + s.numel();
-      if (s.name.find("norm") != std::string::npos) {
+      if (s.name.find("norm") != std::string::npos) {  // every RMSNorm gain: norm, attn_norm, q_norm, ...
         p.fill_(1.0);
         continue;
       }
@@ -323,7 +323,7 @@ void LlamaModel::init_weights(uint64_t seed) {
         p.zero_();
         continue;
       }
-      const double sd = (s.name == "wo" || s.name == "w_down") ? out_std : cfg_.init_std;
+      const double sd = (s.name == slot::kWo || s.name == slot::kWDown) ? out_std : cfg_.init_std;
       torch::Tensor flat = (direct ? data : scratch).narrow(0, s.offset, s.numel());
       if (!direct) copies.emplace_back(p, flat);
       draws.push_back({flat.data_ptr<float>(), s.numel(), mix64(mix64(mix64(seed) ^ bi) ^ i), static_cast<float>(sd)});
@@ -348,11 +348,11 @@ int64_t LlamaModel::num_params() const {
   return n;
 }
 
-torch::Tensor LlamaModel::embed_weight() const { return blocks_.front().param("tok_embeddings"); }
+torch::Tensor LlamaModel::embed_weight() const { return blocks_.front().param(slot::kTokEmbeddings); }
 
 torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
   if (torch::GradMode::is_enabled()) {
-    const Block::RowGrad rows = blocks_.front().row_grad("tok_embeddings");
+    const Block::RowGrad rows = blocks_.front().row_grad(slot::kTokEmbeddings);
     if (rows.sum.defined()) {
       const torch::Tensor anchor = torch::empty({0}, opts_.requires_grad(true));
       return SliceEmbedding::apply(anchor, embed_weight(), tokens, &rows.sum, rows.first_row);
@@ -362,7 +362,7 @@ torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
 }
 
 torch::Tensor LlamaModel::head_weight() const {
-  return cfg_.tie_embeddings ? embed_weight() : blocks_.back().param("output");
+  return cfg_.tie_embeddings ? embed_weight() : blocks_.back().param(slot::kOutput);
 }
 
 torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const {
@@ -373,26 +373,26 @@ torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const
   const auto [cos, sin] = rope(t);
 
   // attention: (B, T, C) -> q (B, H, T, D), k/v (B, KV, T, D)
-  torch::Tensor hn = rms_norm(x, b.param("attn_norm"), cfg_.norm_eps);
+  torch::Tensor hn = rms_norm(x, b.param(slot::kAttnNorm), cfg_.norm_eps);
   torch::Tensor bq, bk, bv;
-  if (cfg_.qkv_bias) bq = b.param("bq"), bk = b.param("bk"), bv = b.param("bv");
-  torch::Tensor q = dense(hn, b.param("wq"), bq).view({bsz, t, h, d});
-  torch::Tensor k = dense(hn, b.param("wk"), bk).view({bsz, t, kv, d});
+  if (cfg_.qkv_bias) bq = b.param(slot::kBq), bk = b.param(slot::kBk), bv = b.param(slot::kBv);
+  torch::Tensor q = dense(hn, b.param(slot::kWq), bq).view({bsz, t, h, d});
+  torch::Tensor k = dense(hn, b.param(slot::kWk), bk).view({bsz, t, kv, d});
   if (cfg_.qk_norm) {  // Qwen3: each head's q and k RMS-normalised over D, before RoPE
-    q = rms_norm(q, b.param("q_norm"), cfg_.norm_eps);
-    k = rms_norm(k, b.param("k_norm"), cfg_.norm_eps);
+    q = rms_norm(q, b.param(slot::kQNorm), cfg_.norm_eps);
+    k = rms_norm(k, b.param(slot::kKNorm), cfg_.norm_eps);
   }
   q = q.transpose(1, 2), k = k.transpose(1, 2);
-  torch::Tensor v = dense(hn, b.param("wv"), bv).view({bsz, t, kv, d}).transpose(1, 2);
+  torch::Tensor v = dense(hn, b.param(slot::kWv), bv).view({bsz, t, kv, d}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
   torch::Tensor a = causal_attention(q, k, v).transpose(1, 2).reshape({bsz, t, h * d});
-  torch::Tensor y = x + dense(a, b.param("wo"));
+  torch::Tensor y = x + dense(a, b.param(slot::kWo));
 
   // SwiGLU MLP: (B, T, C) -> (B, T, F) -> (B, T, C)
-  torch::Tensor hm = rms_norm(y, b.param("mlp_norm"), cfg_.norm_eps);
-  torch::Tensor g = torch::silu(dense(hm, b.param("w_gate"))) * dense(hm, b.param("w_up"));
-  return y + dense(g, b.param("w_down"));
+  torch::Tensor hm = rms_norm(y, b.param(slot::kMlpNorm), cfg_.norm_eps);
+  torch::Tensor g = torch::silu(dense(hm, b.param(slot::kWGate))) * dense(hm, b.param(slot::kWUp));
+  return y + dense(g, b.param(slot::kWDown));
 }
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below) const {
@@ -431,7 +431,7 @@ torch::Tensor LlamaModel::final_hidden(const torch::Tensor& tokens, int grad_fro
     }
   }
   torch::AutoGradMode mode(grad_on);
-  return rms_norm(x, blocks_.back().param("norm"), cfg_.norm_eps);
+  return rms_norm(x, blocks_.back().param(slot::kNorm), cfg_.norm_eps);
 }
 
 torch::Tensor LlamaModel::frozen_prefix(const torch::Tensor& batch_in, int upto) const {
@@ -499,7 +499,7 @@ torch::Tensor LlamaModel::cross_entropy(const torch::Tensor& batch_in, int grad_
   int64_t first_row = 0;
   if (torch::GradMode::is_enabled()) {
     const Block& owner = cfg_.tie_embeddings ? blocks_.front() : blocks_.back();
-    const char* name = cfg_.tie_embeddings ? "tok_embeddings" : "output";
+    const char* name = cfg_.tie_embeddings ? slot::kTokEmbeddings : slot::kOutput;
     if (grad_into_blocks && w.requires_grad()) {
       sink = owner.grad_of(name);
       const auto acc = w.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;

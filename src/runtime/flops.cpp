@@ -1,6 +1,8 @@
 // FLOPs of a training step (runtime/flops.h).
 #include "runtime/flops.h"
 
+#include "base/model_shape.h"
+
 namespace bcd {
 
 namespace {
@@ -11,7 +13,7 @@ double matmul_flops_per_token(const Block& b, bool trainable_only) {
   double n = 0;
   for (size_t i = 0; i < b.slots().size(); ++i) {
     const ParamSlot& s = b.slots()[i];
-    if (s.shape.size() < 2 || s.name == "tok_embeddings") continue;
+    if (s.shape.size() < 2 || s.name == slot::kTokEmbeddings) continue;
     if (trainable_only && !b.params()[i].requires_grad()) continue;
     n += 2.0 * static_cast<double>(s.numel());
   }
@@ -45,7 +47,7 @@ StepFlops micro_batch_flops(const LlamaModel& model, int grad_from, int64_t batc
     // Weight gradients (dW = X^T dY) of the trainable matrices only.
     if (b == last) {
       const bool tied = c.tie_embeddings;
-      const bool head_trains = tied ? model.block(0).params()[0].requires_grad() : blk.param("output").requires_grad();
+      const bool head_trains = tied ? model.block(0).params()[0].requires_grad() : blk.param(slot::kOutput).requires_grad();
       if (head_trains) f.backward_weight += head_fwd;
     } else {
       f.backward_weight += matmul_flops_per_token(blk, true);
