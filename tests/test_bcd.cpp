@@ -41,7 +41,7 @@ torch::Tensor batch_for(int step, int64_t vocab) {
   return torch::randint(vocab, {2, 13}, torch::kInt64);
 }
 
-std::vector<std::string> names(const std::vector<TrainUnit>& units) {
+std::vector<std::string> names(const std::vector<UnitShape>& units) {
   std::vector<std::string> out;
   for (const auto& u : units) out.push_back(u.name);
   return out;
@@ -150,13 +150,13 @@ TEST(BcdStep, ActiveBlockGradientEqualsFullBackwardAndOthersGetNone) {
     for (Block& b : m.blocks()) full.push_back(b.grad().clone());
     m.set_trainable(false);
 
-    for (const TrainUnit& u : make_units(m, bcd_config(blocks))) {
-      for (const UnitPiece& p : u.pieces) m.block(p.block).set_trainable(true, p.part);
+    for (const UnitShape& u : make_units(m, bcd_config(blocks))) {
+      for (const UnitPieceShape& p : u.pieces) m.block(p.block).set_trainable(true, p.part);
       m.loss(batch, u.lowest_block()).backward();
       for (int i = 0; i < m.n_blocks(); ++i) {
         const Block& b = m.block(i);
-        const UnitPiece* piece = nullptr;
-        for (const UnitPiece& p : u.pieces)
+        const UnitPieceShape* piece = nullptr;
+        for (const UnitPieceShape& p : u.pieces)
           if (p.block == i) piece = &p;
         if (!piece) {
           EXPECT_FALSE(b.grad().defined()) << u.name << ": " << b.name() << " got a gradient buffer";
@@ -172,7 +172,7 @@ TEST(BcdStep, ActiveBlockGradientEqualsFullBackwardAndOthersGetNone) {
             EXPECT_EQ(got.abs().sum().item<double>(), 0.0) << u.name << ": frozen part " << name_of(seg.part) << " got gradient";
         }
       }
-      for (const UnitPiece& p : u.pieces) m.block(p.block).set_trainable(false);
+      for (const UnitPieceShape& p : u.pieces) m.block(p.block).set_trainable(false);
     }
   }
 }
@@ -280,7 +280,7 @@ TEST(BcdOptimizer, OnlyTheActiveBlockChanges) {
   for (int t = 0; t < 6; ++t) {
     std::vector<torch::Tensor> before;
     for (Block& b : m.blocks()) before.push_back(b.data().clone());
-    const TrainUnit& u = units[sched.current()];
+    const UnitShape& u = units[sched.current()];
     m.zero_grad();
     m.loss(batch_for(t, cfg.vocab_size), u.lowest_block()).backward();
     opt.step(1e-2);
@@ -288,7 +288,7 @@ TEST(BcdOptimizer, OnlyTheActiveBlockChanges) {
       const Block& b = m.block(i);
       for (const Segment& seg : b.segments()) {
         bool active = false;
-        for (const UnitPiece& p : u.pieces) active |= p.block == i && (p.part == Part::kNone || p.part == seg.part);
+        for (const UnitPieceShape& p : u.pieces) active |= p.block == i && (p.part == Part::kNone || p.part == seg.part);
         const bool changed = !torch::equal(b.data().narrow(0, seg.begin, seg.numel()),
                                            before[i].narrow(0, seg.begin, seg.numel()));
         EXPECT_EQ(changed, active) << u.name << ": " << b.name() << "/" << name_of(seg.part);

@@ -67,13 +67,13 @@ TEST_P(SliceGrad, EachSlicesGradientIsItsRowsOfTheWholeBlocks) {
   bc.enabled = true;
   bc.vocab_slices = 4;
   int sliced = 0;
-  for (const TrainUnit& u : make_units(model, bc)) {
+  for (const UnitShape& u : make_units(model, bc)) {
     if (u.name.rfind("embed.", 0) != 0 && u.name.rfind("head", 0) != 0) continue;
     SCOPED_TRACE(u.name);
     model.set_trainable(false);
-    for (const UnitPiece& p : u.pieces) model.block(p.block).set_trainable(true, p.part, p.begin, p.end);
+    for (const UnitPieceShape& p : u.pieces) model.block(p.block).set_trainable(true, p.part, p.begin, p.end);
     loss_backward(model, batch);
-    for (const UnitPiece& p : u.pieces) {
+    for (const UnitPieceShape& p : u.pieces) {
       const Block& blk = model.block(p.block);
       const torch::Tensor want = (p.block == 0 ? whole_embed : whole_head).narrow(0, p.begin, p.end - p.begin);
       ASSERT_EQ(blk.grad().numel(), p.end - p.begin);
@@ -99,16 +99,16 @@ TEST(VocabSlices, AnUpdateMovesItsRowsOnly) {
   BcdConfig bc;
   bc.enabled = true;
   bc.vocab_slices = 3;
-  const std::vector<TrainUnit> units = make_units(model, bc);
+  const std::vector<UnitShape> units = make_units(model, bc);
   BlockAdamW opt(model, units, OptimConfig{}, true);
   torch::manual_seed(5);
   const torch::Tensor batch = torch::randint(0, cfg.vocab_size, {2, 13}, torch::kInt64);
   for (const char* name : {"embed.1", "head.0", "head.2"}) {
     SCOPED_TRACE(name);
-    const int u = static_cast<int>(std::find_if(units.begin(), units.end(), [&](const TrainUnit& t) { return t.name == name; }) -
+    const int u = static_cast<int>(std::find_if(units.begin(), units.end(), [&](const UnitShape& t) { return t.name == name; }) -
                                    units.begin());
     ASSERT_LT(u, static_cast<int>(units.size()));
-    const UnitPiece p = units[u].pieces.front();
+    const UnitPieceShape p = units[u].pieces.front();
     EXPECT_EQ(opt.unit_elems(u), p.end - p.begin);
     std::vector<torch::Tensor> before;
     for (const Block& b : model.blocks()) before.push_back(b.data().clone());
@@ -156,7 +156,7 @@ TEST(VocabSlices, TheGradientIsTheSameBitsEveryTime) {
   BcdConfig bc;
   bc.enabled = true;
   bc.vocab_slices = 2;
-  const TrainUnit slice = make_units(model, bc).front();  // embed.0
+  const UnitShape slice = make_units(model, bc).front();  // embed.0
   ASSERT_EQ(slice.name, "embed.0");
   model.block(0).set_trainable(true, Part::kNone, slice.pieces[0].begin, slice.pieces[0].end);
   loss_backward(model, batch);

@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <numeric>
 
-#include "memory/planner.h"
 #include "model/llama.h"
 #include "base/error.h"
 
 namespace bcd {
 
-std::vector<TrainUnit> make_units(const LlamaModel& model, const BcdConfig& cfg) {
+std::vector<UnitShape> make_units(const LlamaModel& model, const BcdConfig& cfg) {
   return unit_shapes(model.config(), cfg);
 }
 

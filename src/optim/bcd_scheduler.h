@@ -13,14 +13,9 @@ namespace bcd {
 
 class LlamaModel;
 
-// A unit and what it trains of each storage block: the model's own partition (base/model_shape.h),
-// the one the planner sizes.
-using UnitPiece = UnitPieceShape;
-using TrainUnit = UnitShape;
-
 // The partition of the model for `cfg` (with enabled = false: one unit, model): unit_shapes of
 // its config, so the plan and the run agree by construction.
-std::vector<TrainUnit> make_units(const LlamaModel& model, const BcdConfig& cfg);
+std::vector<UnitShape> make_units(const LlamaModel& model, const BcdConfig& cfg);
 
 // Where the schedule is: enough to continue exactly (saved in checkpoints).
 struct SchedulerState {

@@ -12,7 +12,7 @@
 
 namespace bcd {
 
-BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const OptimConfig& cfg,
+BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<UnitShape> units, const OptimConfig& cfg,
                        bool keep_state, StateStorage storage)
     : model_(model),
       units_(std::move(units)),
@@ -30,9 +30,9 @@ BlockAdamW::BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const Op
 
   // Each unit's segments, back to back.
   int64_t largest = 0;
-  for (const TrainUnit& tu : units_) {
+  for (const UnitShape& tu : units_) {
     UnitLayout u;
-    for (const UnitPiece& p : tu.pieces) {
+    for (const UnitPieceShape& p : tu.pieces) {
       const Block& blk = model_.block(p.block);
       for (int s = 0; s < static_cast<int>(blk.segments().size()); ++s) {
         const Segment& seg = blk.segments()[s];
@@ -119,16 +119,16 @@ void BlockAdamW::activate(int unit) {
   BCD_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "unit {}", unit);
   const int prev = active_;
   if (prev >= 0) {
-    for (const UnitPiece& p : units_[prev].pieces) model_.block(p.block).set_trainable(false);
+    for (const UnitPieceShape& p : units_[prev].pieces) model_.block(p.block).set_trainable(false);
     grad_charge_.reset();
     if (!keep_state_) steps_[prev] = 0, has_moments_[prev] = false;
   }
   if (switch_hook_ && prev != unit) {
     std::vector<int> prev_blocks;
     if (prev >= 0)
-      for (const UnitPiece& p : units_[prev].pieces) prev_blocks.push_back(p.block);
+      for (const UnitPieceShape& p : units_[prev].pieces) prev_blocks.push_back(p.block);
     std::vector<int> blocks;
-    for (const UnitPiece& p : units_[unit].pieces) blocks.push_back(p.block);
+    for (const UnitPieceShape& p : units_[unit].pieces) blocks.push_back(p.block);
     switch_hook_(prev_blocks, blocks);
   }
   bool fresh = false;  // moments already zeroed
@@ -144,12 +144,12 @@ void BlockAdamW::activate(int unit) {
   active_ = unit;
   has_moments_[unit] = true;
   uint64_t grad = 0;
-  for (const UnitPiece& p : units_[unit].pieces) {
+  for (const UnitPieceShape& p : units_[unit].pieces) {
     const auto working = model_.block(p.block).data().scalar_type();
     grad += static_cast<uint64_t>((p.end - p.begin) * Block::grad_bytes_per_element(working));
   }
   grad_charge_ = Charge(acct_, Pool::kCompute, static_cast<int>(StateKind::kGrad), grad);
-  for (const UnitPiece& p : units_[unit].pieces) model_.block(p.block).set_trainable(true, p.part, p.begin, p.end);
+  for (const UnitPieceShape& p : units_[unit].pieces) model_.block(p.block).set_trainable(true, p.part, p.begin, p.end);
   // Which rank owns which range of this unit's gradient: the same for the whole visit.
   const UnitLayout& u = layout_[unit];
   grad_ranges_.clear();

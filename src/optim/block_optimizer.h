@@ -49,7 +49,7 @@ struct StateStorage {
 class BlockAdamW {
  public:
   // `keep_state`: moments persist between visits; otherwise they are dropped on switch.
-  BlockAdamW(LlamaModel& model, std::vector<TrainUnit> units, const OptimConfig& cfg, bool keep_state,
+  BlockAdamW(LlamaModel& model, std::vector<UnitShape> units, const OptimConfig& cfg, bool keep_state,
              StateStorage storage = {});
   ~BlockAdamW();
 
@@ -63,7 +63,7 @@ class BlockAdamW {
   // (runtime/streamed_weights.h).
   using SwitchHook = std::function<void(const std::vector<int>& prev_blocks, const std::vector<int>& blocks)>;
   void set_switch_hook(SwitchHook hook) { switch_hook_ = std::move(hook); }
-  const std::vector<TrainUnit>& units() const { return units_; }
+  const std::vector<UnitShape>& units() const { return units_; }
 
   // Look-ahead: start moving these units' state toward the compute tier (the stager's prefetch).
   // Cheap to call every step; a prefetch that had to wait for a free slab starts then.
@@ -141,7 +141,7 @@ class BlockAdamW {
   SegmentState view_of(const UnitLayout& u, const SegRef& r, const torch::Tensor& image);
 
   LlamaModel& model_;
-  std::vector<TrainUnit> units_;
+  std::vector<UnitShape> units_;
   std::vector<UnitLayout> layout_;
   OptimConfig cfg_;
   bool keep_state_;

@@ -181,11 +181,11 @@ std::unique_ptr<StreamedWeights> make_streamed(const MemoryPlan& plan, const Con
 }
 
 // [bcd] fixed_order as unit indices (order = "fixed"); UserError naming an unknown block.
-std::vector<int> fixed_order(const std::vector<TrainUnit>& units, const BcdConfig& bc) {
+std::vector<int> fixed_order(const std::vector<UnitShape>& units, const BcdConfig& bc) {
   std::vector<int> fixed;
   if (!bc.enabled || bc.order != BlockOrder::kFixed) return fixed;
   for (const std::string& name : bc.fixed_order) {
-    auto it = std::find_if(units.begin(), units.end(), [&](const TrainUnit& u) { return u.name == name; });
+    auto it = std::find_if(units.begin(), units.end(), [&](const UnitShape& u) { return u.name == name; });
     if (it == units.end()) {
       std::string valid;
       for (const auto& u : units) valid += (valid.empty() ? "" : ", ") + u.name;

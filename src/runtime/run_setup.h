@@ -68,7 +68,7 @@ class RunSetup {
   std::unique_ptr<StreamedWeights> streamed;  // frozen layers' weights from host memory (plan.stream), or none
   LlamaModel model;
   Charge working;                // the resident blocks' working weights (streamed ones: `streamed` charges them)
-  const std::vector<TrainUnit> units;
+  const std::vector<UnitShape> units;
   BcdScheduler sched;
   std::vector<Charge> torch_state;        // torch's AdamW: gradients and moments of every block
   std::unique_ptr<FullAdamW> torch_opt;   // [optim] impl = "torch"

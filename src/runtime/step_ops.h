@@ -24,7 +24,7 @@ class StepOps {
     const Config& cfg;
     ProcessGroup& pg;
     LlamaModel& model;
-    const std::vector<TrainUnit>& units;
+    const std::vector<UnitShape>& units;
     const BcdScheduler& sched;
     GradReducer* reducer;   // more than one rank only
     FullAdamW* torch_opt;   // [optim] impl = "torch", else null

@@ -20,11 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string unit_group(int rank, const TrainUnit& u) { return rank_group(rank) + "/optimizer/" + u.name; }
+std::string unit_group(int rank, const UnitShape& u) { return rank_group(rank) + "/optimizer/" + u.name; }
 
 // This rank's slice of every unit's optimizer state (whole units when not sharded), under
 // /rank<rank>/optimizer/<unit>: image, steps, elems (the unit's S).
-void write_optimizer_state(BlockAdamW& opt, const std::vector<TrainUnit>& units, int rank, StateFileWriter& w) {
+void write_optimizer_state(BlockAdamW& opt, const std::vector<UnitShape>& units, int rank, StateFileWriter& w) {
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     int64_t steps = 0;
     const std::vector<float> img = opt.unit_state(u, &steps);
@@ -236,7 +236,7 @@ int64_t read_train_state(const TrainState& run, const std::string& path) {
     return *slices[k];
   };
   auto read_unit = [&](int u) {
-    const TrainUnit& tu = run.units[u];
+    const UnitShape& tu = run.units[u];
     const int64_t elems = opt.unit_elems(u);
     const ShardRange own = opt.shard(u);
     std::vector<float> mine;

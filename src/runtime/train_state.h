@@ -33,7 +33,7 @@ struct TrainState {
   const Config& cfg;
   ProcessGroup& pg;
   LlamaModel& model;
-  const std::vector<TrainUnit>& units;
+  const std::vector<UnitShape>& units;
   BcdScheduler& sched;
   DataLoader& train_loader;
   BlockAdamW& opt;             // the fused optimizer: checkpoints need it

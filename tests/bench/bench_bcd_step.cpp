@@ -25,7 +25,7 @@ namespace {
 
 struct Side {
   LlamaModel model;
-  std::vector<TrainUnit> units;
+  std::vector<UnitShape> units;
   BcdScheduler sched;
   BlockAdamW opt;
   bool bcd;

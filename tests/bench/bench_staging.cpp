@@ -30,7 +30,7 @@ namespace {
 
 struct Side {
   LlamaModel model;
-  std::vector<TrainUnit> units;
+  std::vector<UnitShape> units;
   BcdScheduler sched;
   MemoryAccounting acct;
   std::unique_ptr<BlockAdamW> opt;

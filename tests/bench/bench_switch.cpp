@@ -49,7 +49,7 @@ Timing run_side(const ModelConfig& mc, torch::ScalarType dtype, Tier home, const
   bc.enabled = true;
   bc.include_embed = false;
   bc.include_head = false;
-  const std::vector<TrainUnit> units = make_units(model, bc);
+  const std::vector<UnitShape> units = make_units(model, bc);
   MemoryAccounting acct;
   StateStorage s;
   s.accounting = &acct;
