@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "memory/accounting.h"
@@ -46,17 +47,17 @@ struct StateStorage {
   int shard_rank = 0, shard_count = 1;     // this rank owns 1/shard_count of every unit's state
 };
 
-class BlockAdamW {
+class BlockAdamW : public Optimizer {
  public:
   // `keep_state`: moments persist between visits; otherwise they are dropped on switch.
   BlockAdamW(LlamaModel& model, std::vector<UnitShape> units, const OptimConfig& cfg, bool keep_state,
              StateStorage storage = {});
-  ~BlockAdamW();
+  ~BlockAdamW() override;
 
   // Starts a visit of `unit`: freezes the previous unit (frees its gradients; its state goes
   // home, moments dropped with reset), brings `unit`'s state into the compute tier and makes it
   // trainable. Call at every switch, also when a new visit is of the same unit.
-  void activate(int unit);
+  void activate(int unit) override;
   int active() const { return active_; }
   // Called by activate() between freezing the previous unit and touching the new one's weights,
   // with both units' blocks (prev's empty when none): streamed weights move here
@@ -67,31 +68,32 @@ class BlockAdamW {
 
   // Look-ahead: start moving these units' state toward the compute tier (the stager's prefetch).
   // Cheap to call every step; a prefetch that had to wait for a free slab starts then.
-  void prefetch(const std::vector<int>& next_units);
+  void prefetch(const std::vector<int>& next_units) override;
 
   // One fused AdamW update of the active unit from its gradient buffers; with bf16 working
   // weights the updated master is written back into the working buffer in the same pass.
   // Sharded: of the owned slice only (the other ranks' slices of the working weights are stale
   // until set_gathered_weights()).
-  void step(double lr);
+  void step(double lr) override;
 
   // Sharded runs, after step(): this rank's slice of the active unit's working weights, padded
   // to the shard chunk ({chunk}, working dtype, on the weights' device), and the inverse of an
   // all-gather of every rank's: {shard_count * chunk} into the active unit's working weights.
-  int shard_count() const { return shard_count_; }
+  int shard_count() const override { return shard_count_; }
   int shard_rank() const { return shard_rank_; }
-  torch::Tensor owned_weights() const;
-  void set_gathered_weights(const torch::Tensor& all);
+  torch::Tensor owned_weights() const override;
+  void set_gathered_weights(const torch::Tensor& all) override;
   // The active unit's gradient ranges, each with the rank whose slice it is (each rank's in its
   // slice's order), made at activate(); sharded, the reduction sums each range into its owner
   // only and the update reads the owner's. Unsharded: every range is rank 0's.
-  const std::vector<GradRange>& grad_ranges() const;
+  const std::vector<GradRange>& grad_ranges() const override;
 
   // Bytes of optimizer state held now, wherever it lives: moments (+ fp32 masters when they are
   // separate copies of the working weights).
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
   int64_t moment_bytes() const;
   int64_t unit_moment_bytes(int unit) const;  // 8 bytes/param of the unit's segments when held
+  std::optional<int64_t> moments_of(int unit) const override { return unit_moment_bytes(unit); }
 
   // Segment state by (block index, segment index), of the first unit training it (a vocabulary
   // slice: its rows of the segment): views into the compute image for the active
@@ -113,10 +115,12 @@ class BlockAdamW {
   int64_t unit_elems(int unit) const { return layout_.at(unit).elems; }
 
   // Waits for write-backs in flight (surfacing their errors).
-  void flush() { stager_->flush(); }
+  void flush() override { stager_->flush(); }
   const StagerStats& staging() const { return stager_->stats(); }
   const Stager& stager() const { return *stager_; }
-  void discard_nvme_at_close() { stager_->discard_nvme_at_close(); }
+  void discard_nvme_at_close() override { stager_->discard_nvme_at_close(); }
+  const Stager* staged() const override { return stager_.get(); }
+  bool checkpointable() const override { return true; }
 
  private:
   struct SegRef {

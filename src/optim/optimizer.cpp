@@ -75,6 +75,18 @@ torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm, const std::vect
   return norm;
 }
 
+const std::vector<GradRange>& Optimizer::grad_ranges() const {
+  static const std::vector<GradRange> kNone;
+  return kNone;
+}
+
+torch::Tensor Optimizer::owned_weights() const {
+  BCD_CHECK(false, "owned_weights: the optimizer's state is not sharded");
+  return {};
+}
+
+void Optimizer::set_gathered_weights(const torch::Tensor&) { BCD_CHECK(false, "set_gathered_weights: the optimizer's state is not sharded"); }
+
 FullAdamW::FullAdamW(LlamaModel& model, const OptimConfig& cfg) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   auto add_group = [&](Block& b, int64_t start, int64_t len, double wd) {

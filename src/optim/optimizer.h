@@ -1,16 +1,18 @@
-// Full-parameter AdamW over the model's blocks (the baseline BCD is measured against) and the
-// learning-rate schedule. Each block segment (a flat run of decayed matrices or of non-decayed
-// norms/biases; see Block's layout) is one parameter group.
+// The optimizer the training loop drives (one interface, two kinds), full-parameter AdamW over
+// the model's blocks (the baseline BCD is measured against), gradient clipping and the
+// learning-rate schedule.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
-#include "model/llama.h"
 #include "base/config.h"
+#include "memory/stager.h"
+#include "model/llama.h"
 
 namespace bcd {
 
@@ -34,12 +36,46 @@ torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm);
 torch::Tensor clip_grad_norm(LlamaModel& model, double max_norm, const std::vector<GradRange>& owned,
                              const std::function<void(const torch::Tensor&)>& sum_over_ranks);
 
-class FullAdamW {
+// What the training loop, the step's report and the banner ask of an optimizer. Two kinds:
+// BlockAdamW (optim/block_optimizer.h: BCD's fused AdamW over state staged between tiers, sharded
+// over ranks, the one checkpoints hold) and FullAdamW below (LibTorch's AdamW over every block).
+// What only the block optimizer has answers "none" here, so no caller asks which kind it holds.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // A visit of `unit` starts: its state comes in, the previous unit's goes home.
+  virtual void activate(int unit) {}
+  // Look-ahead: start moving these units' state toward the compute tier.
+  virtual void prefetch(const std::vector<int>& next_units) {}
+  // One AdamW update of what trains, at learning rate `lr` (sharded: of this rank's slice).
+  virtual void step(double lr) = 0;
+  // Bytes of optimizer state held now, wherever it lives.
+  virtual int64_t state_bytes() const = 0;
+  // The Adam moments `unit` holds now; nullopt for an optimizer without units.
+  virtual std::optional<int64_t> moments_of(int unit) const { return std::nullopt; }
+  // The stager moving state between tiers, for its figures; null when nothing is staged.
+  virtual const Stager* staged() const { return nullptr; }
+  // Waits for write-backs in flight (their errors surface here).
+  virtual void flush() {}
+  // The NVMe tier's files go when the optimizer does (a finished run's state is in its checkpoints).
+  virtual void discard_nvme_at_close() {}
+  // Sharded state (data parallel): ranks owning a slice each (1: not sharded); the active
+  // unit's gradient ranges by owner (empty when not sharded); after step(), this rank's slice of
+  // the updated working weights and the all-gathered whole back into them.
+  virtual int shard_count() const { return 1; }
+  virtual const std::vector<GradRange>& grad_ranges() const;
+  virtual torch::Tensor owned_weights() const;
+  virtual void set_gathered_weights(const torch::Tensor& all);
+  // Whether a checkpoint can hold this optimizer's state (runtime/train_state.h).
+  virtual bool checkpointable() const { return false; }
+};
+
+class FullAdamW : public Optimizer {
  public:
   FullAdamW(LlamaModel& model, const OptimConfig& cfg);
-  void step(double lr);
+  void step(double lr) override;
   // Bytes of optimizer state (Adam m and v) currently held.
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
 
  private:
   std::unique_ptr<torch::optim::AdamW> opt_;

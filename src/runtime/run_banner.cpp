@@ -43,15 +43,15 @@ std::vector<std::string> run_banner(const RunSetup& run) {
     lines.push_back(fmt::format("bcd: {} blocks [{}], {} steps per visit, order {}, moments {} on switch", run.units.size(),
                                 names, bc.switch_every, name_of(bc.order), name_of(bc.state_on_switch)));
   }
-  if (run.block_opt && run.units.size() > 1) {
+  const Stager* stager = run.opt->staged();
+  if (stager && run.units.size() > 1) {
     int on_nvme = 0;
     for (Tier t : plan.unit_home) on_nvme += t == Tier::kNvme ? 1 : 0;
     auto gib = [](uint64_t b) { return static_cast<double>(b) / (1 << 30); };
     lines.push_back(fmt::format("memory: compute {:.3f} GiB (plan {:.3f}), pinned pool {} x {:.1f} MiB, state homes: "
                                 "{} units in host memory, {} on NVMe",
                                 gib(run.acct.usage(Pool::kCompute).total), gib(plan.compute.total()),
-                                run.block_opt->stager().slab_count(),
-                                static_cast<double>(run.block_opt->stager().slab_bytes()) / (1 << 20),
+                                stager->slab_count(), static_cast<double>(stager->slab_bytes()) / (1 << 20),
                                 static_cast<int>(run.units.size()) - on_nvme, on_nvme));
   }
   if (run.streamed) {

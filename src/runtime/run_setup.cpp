@@ -251,7 +251,7 @@ void RunSetup::make_optimizer() {
     for (StateKind k : {StateKind::kGrad, StateKind::kAdamM, StateKind::kAdamV})
       torch_state.emplace_back(&acct, Pool::kCompute, static_cast<int>(k), working.bytes());
     model.set_trainable(true);
-    torch_opt = std::make_unique<FullAdamW>(model, cfg.optim);
+    opt = std::make_unique<FullAdamW>(model, cfg.optim);
   } else {
     StateStorage storage;
     storage.accounting = &acct;
@@ -264,20 +264,23 @@ void RunSetup::make_optimizer() {
     storage.shard_count = shards();
     if (device.is_cuda()) storage.stager.compute_stream = torch_current_cuda_stream(cuda_index(device));
     storage.stager.engine_factory = nvme_faults;
-    block_opt = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == StateOnSwitch::kKeep, storage);
+    auto blocks = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == StateOnSwitch::kKeep, storage);
     if (streamed)  // the active unit's streamed layers stay on the compute tier for its visit
-      block_opt->set_switch_hook([this](const std::vector<int>& prev, const std::vector<int>& next) {
+      blocks->set_switch_hook([this](const std::vector<int>& prev, const std::vector<int>& next) {
         streamed->switch_blocks(prev, next);
       });
+    opt = std::move(blocks);
   }
-  ops_.emplace(StepOps::Parts{cfg, *pg, model, units, sched, reducer.get(), torch_opt.get(), block_opt.get(), shards()});
-  if (torch_opt && !resume_from.empty())  // checkpoint_every with torch is refused when the config loads
+  ops_.emplace(StepOps::Parts{cfg, *pg, model, units, sched, reducer.get(), *opt, shards()});
+  if (!opt->checkpointable() && !resume_from.empty())  // checkpoint_every with torch is refused when the config loads
     user_error("config: --resume needs [optim] impl = \"fused\" (got \"torch\")");
 }
 
 TrainState RunSetup::train_state() {
-  BCD_CHECK(block_opt, "train_state: checkpoints need the fused optimizer");
-  return TrainState{cfg, *pg, model, units, sched, train_loader, *block_opt, streamed.get(), tokens_per_step()};
+  // Checkpoints are the block optimizer's format (can_checkpoint()).
+  auto* blocks = dynamic_cast<BlockAdamW*>(opt.get());
+  BCD_CHECK(blocks, "train_state: checkpoints need the fused optimizer");
+  return TrainState{cfg, *pg, model, units, sched, train_loader, *blocks, streamed.get(), tokens_per_step()};
 }
 
 int RunSetup::shards() const {

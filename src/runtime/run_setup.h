@@ -46,7 +46,7 @@ class RunSetup {
   // Ranks the block state is sharded over: the world size with dist.shard_state, else 1.
   int shards() const;
   int64_t tokens_per_step() const;  // over all ranks
-  bool can_checkpoint() const { return block_opt != nullptr; }  // the fused optimizer only
+  bool can_checkpoint() const { return opt->checkpointable(); }  // the fused optimizer only
   // What a checkpoint saves and restores (can_checkpoint() only).
   TrainState train_state();
   bool is_root() const { return pg->is_root(); }  // rank 0 writes the run directory
@@ -71,8 +71,7 @@ class RunSetup {
   const std::vector<UnitShape> units;
   BcdScheduler sched;
   std::vector<Charge> torch_state;        // torch's AdamW: gradients and moments of every block
-  std::unique_ptr<FullAdamW> torch_opt;   // [optim] impl = "torch"
-  std::unique_ptr<BlockAdamW> block_opt;  // [optim] impl = "fused"
+  std::unique_ptr<Optimizer> opt;         // [optim] impl: "fused" (BlockAdamW) or "torch" (FullAdamW)
   const std::string resume_from;
   int64_t first_step = 1;        // > 1 when resumed
   double resume_s = 0;           // time to read the checkpoint

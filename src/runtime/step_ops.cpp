@@ -8,18 +8,18 @@
 namespace bcd {
 
 void StepOps::switch_unit() {
-  if (p_.block_opt) p_.block_opt->activate(p_.sched.current());
+  p_.opt.activate(p_.sched.current());
 }
 
 void StepOps::prefetch() {
-  if (p_.block_opt && p_.cfg.memory.prefetch) p_.block_opt->prefetch(p_.sched.lookahead(static_cast<int>(p_.cfg.memory.prefetch_depth)));
+  if (p_.cfg.memory.prefetch) p_.opt.prefetch(p_.sched.lookahead(static_cast<int>(p_.cfg.memory.prefetch_depth)));
 }
 
 int StepOps::grad_from() const { return p_.cfg.bcd.enabled ? p_.units[p_.sched.current()].lowest_block() : 0; }
 
 void StepOps::arm_reduction() {
-  static const std::vector<GradRange> kNotSharded;
-  if (p_.reducer) p_.reducer->arm(p_.model, p_.shards > 1 ? p_.block_opt->grad_ranges() : kNotSharded);
+  static const std::vector<GradRange> kNotSharded;  // every range summed on every rank
+  if (p_.reducer) p_.reducer->arm(p_.model, p_.shards > 1 ? p_.opt.grad_ranges() : kNotSharded);
 }
 
 void StepOps::reduce_gradients() {
@@ -29,7 +29,7 @@ void StepOps::reduce_gradients() {
 torch::Tensor StepOps::clip_gradients() {
   if (p_.shards == 1) return clip_grad_norm(p_.model, p_.cfg.train.grad_clip);
   std::vector<GradRange> mine;
-  for (const GradRange& g : p_.block_opt->grad_ranges())
+  for (const GradRange& g : p_.opt.grad_ranges())
     if (g.rank == p_.pg.rank()) mine.push_back(g);
   return clip_grad_norm(p_.model, p_.cfg.train.grad_clip, mine,
                         [&](const torch::Tensor& sq) { p_.pg.wait_for(p_.pg.start_all_reduce_sum(sq)); });
@@ -46,16 +46,15 @@ bool StepOps::can_run_ahead(int64_t step) const {
 }
 
 void StepOps::update(double lr) {
-  if (p_.torch_opt) return p_.torch_opt->step(lr);
-  p_.block_opt->step(lr);
-  if (p_.block_opt->shard_count() == 1) return;
+  p_.opt.step(lr);
+  if (p_.opt.shard_count() == 1) return;
   const auto t0 = std::chrono::steady_clock::now();
-  const torch::Tensor mine = p_.block_opt->owned_weights();
+  const torch::Tensor mine = p_.opt.owned_weights();
   const torch::Tensor all = torch::empty({mine.numel() * p_.pg.world_size()}, mine.options());
   // bf16 travels as fp16 bit patterns (a gather copies bytes; every backend carries fp16).
   const auto wire = [](const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t; };
   p_.pg.all_gather(wire(mine), wire(all));
-  p_.block_opt->set_gathered_weights(all);
+  p_.opt.set_gathered_weights(all);
   gather_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -11,7 +11,6 @@
 #include "base/config.h"
 #include "model/llama.h"
 #include "optim/bcd_scheduler.h"
-#include "optim/block_optimizer.h"
 #include "dist/grad_reducer.h"
 #include "optim/optimizer.h"
 #include "dist/process_group.h"
@@ -27,8 +26,7 @@ class StepOps {
     const std::vector<UnitShape>& units;
     const BcdScheduler& sched;
     GradReducer* reducer;   // more than one rank only
-    FullAdamW* torch_opt;   // [optim] impl = "torch", else null
-    BlockAdamW* block_opt;  // [optim] impl = "fused", else null
+    Optimizer& opt;
     int shards;             // ranks the block state is sharded over
   };
   explicit StepOps(Parts parts) : p_(parts) {}

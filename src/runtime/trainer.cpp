@@ -246,7 +246,7 @@ void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, 
   say(fmt::format("done: {} steps in {}, {:.0f} tok/s, loss {:.4f} -> {:.4f}, val {:.4f} (unigram {:.4f})",
                   sum.steps, format_duration(sum.wall_s), sum.tokens_per_s, sum.first_loss, sum.final_loss,
                   sum.final_val_loss.value_or(NAN), sum.unigram_val_loss));
-  if (run.block_opt && sum.staging.switches > 1)
+  if (run.opt->staged() && sum.staging.switches > 1)
     say(fmt::format("staging: {} switches, stall {:.1f} ms in total, NVMe read {:.2f} GB / written {:.2f} GB",
                     sum.staging.switches, 1e3 * sum.staging.stall_s, static_cast<double>(sum.staging.nvme_read_bytes) / 1e9,
                     static_cast<double>(sum.staging.nvme_write_bytes) / 1e9));
@@ -350,7 +350,7 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   RunSetup run(std::move(cfg), resume_from);
   // Nothing reads the NVMe tier's files after the run, however it ends (a resume reads its
   // checkpoint): they go when it does, GBs for a 7B model, unless memory.keep_nvme_state.
-  if (run.block_opt && !run.cfg.memory.keep_nvme_state) run.block_opt->discard_nvme_at_close();
+  if (!run.cfg.memory.keep_nvme_state) run.opt->discard_nvme_at_close();
   setting_up.finish();
   sum.steps = run.first_step - 1;
   Console console(quiet, run.is_root());
@@ -363,9 +363,9 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   sum.unigram_val_loss = 0;  // a mixture: its datasets' baselines by weight
   for (const DataSource& s : run.sources) sum.unigram_val_loss += s.weight * s.ds.unigram_val_loss();
   const double train_s = train_loop(run, log ? &*log : nullptr, sum, console);
-  if (run.block_opt) {
-    if (!sum.stopped_by_signal) run.block_opt->flush();  // write-backs in flight: their errors surface here
-    sum.staging = run.block_opt->staging();
+  if (const Stager* st = run.opt->staged()) {
+    if (!sum.stopped_by_signal) run.opt->flush();  // write-backs in flight: their errors surface here
+    sum.staging = st->stats();
   }
   if (run.streamed) sum.stream = run.streamed->totals();
   sum.memory = run.acct.to_json();
