@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/json_read.h"
+#include "report/metric_keys.h"
 
 namespace bcd {
 
@@ -26,8 +27,8 @@ void MetricsWriter::write(const nlohmann::json& record) {
   out_ << record.dump() << '\n';
   out_.flush();
   if (!out_) user_error("{}: write failed (disk full?)", path_);
-  if (events_ && record.contains("step") && record["step"].is_number_integer())
-    events_->add_scalars(record["step"].get<int64_t>(), metrics_scalars(record));
+  if (events_ && record.contains(metric_key::kStep) && record[metric_key::kStep].is_number_integer())
+    events_->add_scalars(record[metric_key::kStep].get<int64_t>(), metrics_scalars(record));
 }
 
 void truncate_metrics(const std::string& path, int64_t first_step) {
@@ -42,7 +43,7 @@ void truncate_metrics(const std::string& path, int64_t first_step) {
   for (size_t i = 0; i < lines.size(); ++i) {
     int64_t step = 0;
     try {
-      step = parse_json(lines[i].second, kJsonMetricsLine, path).at("step").get<int64_t>();
+      step = parse_json(lines[i].second, kJsonMetricsLine, path).at(metric_key::kStep).get<int64_t>();
     } catch (const std::exception& e) {
       if (i + 1 == lines.size()) break;  // a torn last line of a killed run
       // A record in the middle that cannot be read is not a torn write: cutting there would
@@ -58,21 +59,21 @@ void truncate_metrics(const std::string& path, int64_t first_step) {
 }
 
 void MetricsLog::record(const StepReport& s) {
-  nlohmann::json rec = {{"step", s.step},
-                        {"loss", s.loss},
+  nlohmann::json rec = {{metric_key::kStep, s.step},
+                        {metric_key::kLoss, s.loss},
                         {"lr", s.lr},
                         {"grad_norm", s.grad_norm},
                         {"tokens", s.tokens},
-                        {"tokens_per_s", s.tokens_per_s},
-                        {"elapsed_s", s.elapsed_s},
+                        {metric_key::kTokensPerS, s.tokens_per_s},
+                        {metric_key::kElapsedS, s.elapsed_s},
                         {"flops_per_step", s.flops},
                         {"tflops", s.tflops}};
   // Model FLOPs utilisation: achieved over the device's peak (null when the peak is unknown).
   rec["mfu"] = s.peak_tflops ? nlohmann::json(s.tflops / *s.peak_tflops) : nlohmann::json();
-  if (s.val_loss) rec["val_loss"] = *s.val_loss;
+  if (s.val_loss) rec[metric_key::kValLoss] = *s.val_loss;
   if (s.visit) {
-    rec["block"] = s.visit->block;
-    rec["block_id"] = s.unit;
+    rec[metric_key::kBlock] = s.visit->block;
+    rec[metric_key::kBlockId] = s.unit;
     rec["block_epoch"] = s.visit->epoch;
     rec["step_in_visit"] = s.visit->step_in_visit;
   }
@@ -85,8 +86,8 @@ void MetricsLog::record(const StepReport& s) {
   }
   if (s.staging) {  // staging since the previous record, and totals
     const StagerStats& st = *s.staging;
-    rec["switches"] = st.switches - logged_staging_.switches;
-    rec["stall_ms"] = 1e3 * (st.stall_s - logged_staging_.stall_s);
+    rec[metric_key::kSwitches] = st.switches - logged_staging_.switches;
+    rec[metric_key::kStallMs] = 1e3 * (st.stall_s - logged_staging_.stall_s);
     rec["stall_ms_total"] = 1e3 * st.stall_s;
     rec["switch_copy_ms_total"] = 1e3 * st.copy_s;
     // The compute side's waits for the switches' copies (CUDA: event-timed on its stream).
@@ -125,7 +126,7 @@ void MetricsLog::record(const StepReport& s) {
   }
   nlohmann::json peaks;
   for (int p = 0; p < kNumPools; ++p) peaks[pool_name(static_cast<Pool>(p))] = s.pool_peak_bytes[p];
-  rec["memory_peak_bytes"] = peaks;
+  rec[metric_key::kMemoryPeakBytes] = peaks;
   rec["rss_peak_bytes"] = s.rss_peak_bytes;
   rec["host_reads_total"] = s.host_reads;  // device values read by the host (dist/host_read.h)
   if (s.cuda) {  // what the GPU really held, beside the accounting's figures

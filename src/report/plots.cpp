@@ -27,6 +27,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/json_read.h"
+#include "report/metric_keys.h"
 
 extern char** environ;
 
@@ -100,8 +101,8 @@ Records read_records(const std::string& path) {
       user_error("{}:{}: not valid JSON ({})", path, lineno, at == std::string::npos ? why : why.substr(at + 2));
     }
     if (!rec.is_object()) user_error("{}:{}: expected a JSON object, got {}", path, lineno, rec.type_name());
-    if (!number(field(rec, "step")))
-      user_error("{}:{}: no numeric \"step\" (got {})", path, lineno, field(rec, "step").dump());
+    if (!number(field(rec, metric_key::kStep)))
+      user_error("{}:{}: no numeric \"step\" (got {})", path, lineno, field(rec, metric_key::kStep).dump());
     records.push_back(std::move(rec));
   }
   if (in.bad()) user_error("{}: read error", path);
@@ -256,8 +257,8 @@ Plot loss_plot(const std::string& file, const std::string& title, const char* x_
     struct Kind {
       const char *kind, *y_key, *style;
     };
-    for (const auto& [kind, y_key, style] : {Kind{"train", "loss", "lines lw 1.5"},
-                                             Kind{"val", "val_loss", "linespoints lw 2 dt 2 pt 7 ps 1.2"}}) {
+    for (const auto& [kind, y_key, style] : {Kind{"train", metric_key::kLoss, "lines lw 1.5"},
+                                             Kind{"val", metric_key::kValLoss, "linespoints lw 2 dt 2 pt 7 ps 1.2"}}) {
       std::vector<Point> pts = series_of(runs[i].records, x_key, key(y_key));
       for (Point& pt : pts) pt.first /= scale;
       p.add(fmt::format("{} {}", runs[i].name, kind), std::move(pts), fmt::format("{} lc rgb '{}'", style, color(i)));
@@ -269,7 +270,7 @@ Plot loss_plot(const std::string& file, const std::string& title, const char* x_
 Plot tokens_plot(const std::vector<Run>& runs) {
   Plot p{"tokens_per_s.png", "Throughput (tokens/s)", "step", "tokens/s (since the previous record)"};
   for (size_t i = 0; i < runs.size(); ++i)
-    p.add(runs[i].name, series_of(runs[i].records, "step", key("tokens_per_s")), fmt::format("lines lw 1.5 lc rgb '{}'", color(i)));
+    p.add(runs[i].name, series_of(runs[i].records, metric_key::kStep, key(metric_key::kTokensPerS)), fmt::format("lines lw 1.5 lc rgb '{}'", color(i)));
   p.extra.push_back("set yrange [0:*]");
   return p;
 }
@@ -287,8 +288,8 @@ Plot memory_plot(const std::vector<Run>& runs) {
   for (size_t i = 0; i < runs.size(); ++i) {
     for (const TierStyle& t : kTiers) {
       const char* tier = t.name;
-      auto pts = series_of(runs[i].records, "step",
-                           [tier](const Json& r) { return number(field(field(r, "memory_peak_bytes"), tier)); });
+      auto pts = series_of(runs[i].records, metric_key::kStep,
+                           [tier](const Json& r) { return number(field(field(r, metric_key::kMemoryPeakBytes), tier)); });
       if (std::none_of(pts.begin(), pts.end(), [](const Point& pt) { return pt.second > 0; })) continue;
       for (const Point& pt : pts) peak = std::max(peak, pt.second);  // some y > 0: the max of them all
       found.push_back({fmt::format("{} {}", runs[i].name, tier), std::move(pts), i, &t});
@@ -310,12 +311,12 @@ Plot stall_plot(const std::vector<Run>& runs) {
   // of the switching step itself, else the mean over the record's switches.
   Plot p{"stall.png", "Staging stall per block switch", "step", "stall per switch (ms; stall_ms / switches)"};
   const YOf per_switch = [](const Json& r) -> std::optional<double> {
-    const auto n = number(field(r, "switches")), ms = number(field(r, "stall_ms"));
+    const auto n = number(field(r, metric_key::kSwitches)), ms = number(field(r, metric_key::kStallMs));
     if (n && *n > 0 && ms) return *ms / *n;
     return std::nullopt;
   };
   for (size_t i = 0; i < runs.size(); ++i)
-    p.add(runs[i].name, series_of(runs[i].records, "step", per_switch), fmt::format("linespoints lw 1 pt 7 ps 1 lc rgb '{}'", color(i)));
+    p.add(runs[i].name, series_of(runs[i].records, metric_key::kStep, per_switch), fmt::format("linespoints lw 1 pt 7 ps 1 lc rgb '{}'", color(i)));
   p.extra.push_back("set yrange [0:*]");
   return p;
 }
@@ -325,10 +326,10 @@ Plot block_plot(const std::vector<Run>& runs) {
   std::map<double, std::vector<std::string>> names;  // block_id -> names seen (runs may split the model differently)
   std::vector<std::pair<size_t, std::vector<Point>>> with_blocks;
   for (size_t i = 0; i < runs.size(); ++i) {
-    auto pts = series_of(runs[i].records, "step", key("block_id"));
+    auto pts = series_of(runs[i].records, metric_key::kStep, key(metric_key::kBlockId));
     for (const Json& r : runs[i].records) {
-      const auto id = number(field(r, "block_id"));
-      const Json& block = field(r, "block");
+      const auto id = number(field(r, metric_key::kBlockId));
+      const Json& block = field(r, metric_key::kBlock);
       if (!id || block.is_null()) continue;
       auto& seen = names[std::trunc(*id) + 0.0];  // an integral id, never -0
       const std::string name = block.is_string() ? block.get<std::string>() : block.dump();
@@ -362,11 +363,11 @@ std::vector<Plot> build_plots(const std::vector<Run>& runs) {
   double peak_s = 0;
   for (const Run& r : runs)
     for (const Json& rec : r.records)
-      if (const auto t = number(field(rec, "elapsed_s"))) peak_s = std::max(peak_s, *t);
+      if (const auto t = number(field(rec, metric_key::kElapsedS))) peak_s = std::max(peak_s, *t);
   const auto [unit, scale] = time_unit(peak_s);
   std::vector<Plot> plots;
-  plots.push_back(loss_plot("loss_vs_step.png", "Loss against step (train: lines, validation: points)", "step", "step", runs));
-  plots.push_back(loss_plot("loss_vs_time.png", "Loss against wall time (train: lines, validation: points)", "elapsed_s",
+  plots.push_back(loss_plot("loss_vs_step.png", "Loss against step (train: lines, validation: points)", metric_key::kStep, "step", runs));
+  plots.push_back(loss_plot("loss_vs_time.png", "Loss against wall time (train: lines, validation: points)", metric_key::kElapsedS,
                             fmt::format("wall time since the start ({})", unit), runs, scale));
   plots.push_back(tokens_plot(runs));
   plots.push_back(memory_plot(runs));

@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/json_read.h"
+#include "report/metric_keys.h"
 
 namespace bcd {
 
@@ -78,7 +79,7 @@ double now_seconds() {
 void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, double>>& out) {
   for (const auto& [key, v] : j.items()) {
     const std::string tag = prefix.empty() ? key : prefix + "/" + key;
-    if (prefix.empty() && key == "step") continue;
+    if (prefix.empty() && key == metric_key::kStep) continue;
     if (v.is_object()) flatten(v, tag, out);
     else if (v.is_number() && std::isfinite(v.get<double>())) out.emplace_back(tag, v.get<double>());
   }
@@ -152,8 +153,8 @@ namespace {
 
 // A record's step, or nullopt when the line is not a record of metrics.jsonl.
 std::optional<int64_t> record_step(const nlohmann::json& rec) {
-  if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) return std::nullopt;
-  return rec["step"].get<int64_t>();
+  if (!rec.is_object() || !rec.contains(metric_key::kStep) || !rec[metric_key::kStep].is_number_integer()) return std::nullopt;
+  return rec[metric_key::kStep].get<int64_t>();
 }
 
 // The number of leading lines of `path` to replay: every line when all are records, all but the
