@@ -15,9 +15,16 @@
 #include "base/config.h"
 #include "test_util.h"
 #include "train_run_fixture.h"
+#include "runtime/machine.h"
 
 namespace bcd {
 namespace {
+
+// The config's memory sizes with "auto" resolved as a CPU run on this machine resolves them.
+MemoryConfig machine_memory(MemoryConfig mem) {
+  share_machine_memory(mem, torch::kCPU, 1);
+  return mem;
+}
 
 using test::read_metrics;
 
@@ -77,7 +84,7 @@ void expect_plan_matches(const std::string& run_dir, const std::vector<std::stri
   std::vector<std::string> ov = overrides;
   ov.push_back("--model.vocab_size=2048");
   const Config cfg = load_config(test::source_path("configs/tiny.toml"), ov);
-  const MemoryPlan plan = plan_memory(cfg.model, cfg.bcd, cfg.train, cfg.memory);
+  const MemoryPlan plan = plan_memory(cfg.model, cfg.bcd, cfg.train, machine_memory(cfg.memory));
   ASSERT_TRUE(plan.fits) << plan.why_not;
   const auto m = read_metrics(run_dir + "/metrics.jsonl");
   ASSERT_FALSE(m.empty());

@@ -16,9 +16,16 @@
 #include "model/weights.h"
 #include "test_util.h"
 #include "train_run_fixture.h"
+#include "runtime/machine.h"
 
 namespace bcd {
 namespace {
+
+// The config's memory sizes with "auto" resolved as a CPU run on this machine resolves them.
+MemoryConfig machine_memory(MemoryConfig mem) {
+  share_machine_memory(mem, torch::kCPU, 1);
+  return mem;
+}
 
 using test::read_metrics;
 
@@ -183,7 +190,7 @@ TEST_F(StreamRun, TheComputeTierHoldsAThirdOfTheWeights) {
   const uint64_t working_peak = mem["compute"]["peak_working"].get<uint64_t>();
   EXPECT_LE(working_peak, weights / 3) << "weights " << weights;
   // The planner said so, to the byte, for the compute tier's and the host's working weights.
-  const MemoryPlan plan = plan_memory(cfg.model, cfg.bcd, cfg.train, cfg.memory);
+  const MemoryPlan plan = plan_memory(cfg.model, cfg.bcd, cfg.train, machine_memory(cfg.memory));
   ASSERT_TRUE(plan.fits) << plan.why_not;
   ASSERT_TRUE(plan.stream.on());
   EXPECT_EQ(plan.compute.by_kind[static_cast<int>(StateKind::kWorking)], working_peak);
@@ -203,7 +210,7 @@ TEST_F(StreamRun, AutoStreamsOnlyWhatDoesNotFitTheComputeBudget) {
                                  "--train.batch_size=2", "--train.seq_len=32", "--bcd.layers_per_block=1",
                                  "--model.vocab_size=2048", "--memory.stream_weights=off"};
   Config cfg = load_config(test::source_path("configs/tiny.toml"), ov);
-  const MemoryPlan resident = plan_memory(cfg.model, cfg.bcd, cfg.train, cfg.memory);
+  const MemoryPlan resident = plan_memory(cfg.model, cfg.bcd, cfg.train, machine_memory(cfg.memory));
   const uint64_t layer = resident.blocks[1].at(StateKind::kWorking).bytes;
   const uint64_t budget = resident.compute.total() - 2 * layer;
   auto tight = train("auto-tight", args + " --memory.stream_weights=auto --memory.compute_bytes=" + std::to_string(budget));

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include "base/error.h"
@@ -74,18 +73,6 @@ uint64_t estimate_activation_bytes(const ModelConfig& m, const TrainConfig& t, c
 }
 
 // ---- Budgets ----
-
-uint64_t meminfo_bytes(const std::string& key) {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key + ":", 0) != 0) continue;
-    std::istringstream is(line.substr(key.size() + 1));
-    uint64_t kb = 0;
-    if (is >> kb) return kb * 1024;
-  }
-  user_error("plan: cannot read {} from /proc/meminfo; give the [memory] sizes explicitly", key);
-}
 
 CudaReserve cuda_runtime_reserve(int world_ranks) {
   return CudaReserve{kCudaContextBytes, kCublasWorkspaceBytes, world_ranks > 1 ? kNcclBytes : 0};
@@ -163,7 +150,7 @@ void plan_compute(const PlanInputs& in, MemoryPlan& plan) {
     if (i == 0 || a > act) act = a, plan.deepest_unit = static_cast<int>(i);
   }
   plan.compute.activations = in.mem.activation_bytes.is_auto ? act : in.mem.activation_bytes.value;
-  plan.compute.budget = in.mem.compute_bytes.is_auto ? meminfo_bytes("MemTotal") : in.mem.compute_bytes.value;
+  plan.compute.budget = in.mem.compute_bytes.value;
 }
 
 // With streamed weights and grad_accum > 1 a step first runs every micro-batch through the
@@ -429,6 +416,9 @@ void plan_verdict(const PlanInputs& in, MemoryPlan& plan, const VerdictFacts& f,
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
                        const MemoryConfig& mem, int shards, bool fused_attention, int local_ranks,
                        StreamRates rates, CudaReserve reserve) {
+  // The machine's sizes come resolved (runtime/machine.h: share_machine_memory): no byte here is read from it.
+  BCD_CHECK(!mem.compute_bytes.is_auto && !mem.host_bytes.is_auto,
+            "plan_memory: memory.compute_bytes and host_bytes must be resolved (auto: the machine's share) first");
   MemoryPlan plan;
   plan.reserve = reserve;
   plan.compute.reserved = reserve.total();
@@ -447,7 +437,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   plan_stream(in, plan, why);
   VerdictFacts facts;
   facts.unit_off = plan_staging(in, plan);
-  facts.host_all = mem.host_bytes.is_auto ? meminfo_bytes("MemAvailable") : mem.host_bytes.value;
+  facts.host_all = mem.host_bytes.value;
   plan_stream_homes(in, plan, facts.host_all);
   plan.pinned.budget = mem.pinned_bytes.is_auto ? plan.pinned.staging : mem.pinned_bytes.value;
   plan.host.budget = facts.host_all > plan.pinned.budget ? facts.host_all - plan.pinned.budget : 0;

@@ -117,7 +117,5 @@ uint64_t estimate_activation_bytes(const ModelConfig& model, const TrainConfig& 
 // The `bcdtrain plan` report: tier table, per-block placements, "fits" / "does not fit: ...".
 std::string format_plan(const MemoryPlan& plan);
 
-// "MemTotal" / "MemAvailable" of /proc/meminfo in bytes; UserError when unreadable.
-uint64_t meminfo_bytes(const std::string& key);
 
 }  // namespace bcd

@@ -4,6 +4,9 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #ifdef BCD_HAVE_CUDA_KERNELS
@@ -62,8 +65,20 @@ void apply_device_budget(MemoryConfig& mem, const torch::Device& device) {
 #endif
 }
 
+uint64_t meminfo_bytes(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) != 0) continue;
+    std::istringstream is(line.substr(key.size() + 1));
+    uint64_t kb = 0;
+    if (is >> kb) return kb * 1024;
+  }
+  user_error("plan: cannot read {} from /proc/meminfo; give the [memory] sizes explicitly", key);
+}
+
 void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks) {
-  if (local_ranks <= 1) return;
+  local_ranks = std::max(1, local_ranks);
   const auto share = [&](const char* key) { return Bytes{meminfo_bytes(key) / static_cast<uint64_t>(local_ranks), false}; };
   if (mem.host_bytes.is_auto) mem.host_bytes = share("MemAvailable");
   if (mem.compute_bytes.is_auto && !device.is_cuda()) mem.compute_bytes = share("MemTotal");

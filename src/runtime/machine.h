@@ -36,8 +36,13 @@ void configure_threads(int64_t threads, int local_ranks = 1);
 // (train.cpu_matmul, model/matmul.h), and TF32 for CUDA's fp32 products (train.tf32).
 void configure_compute(const TrainConfig& tc, int local_ranks = 1);
 
-// Ranks on one machine share its RAM: the "auto" host budget (and on the CPU the compute
-// budget) becomes each rank's 1/local_ranks share of what /proc/meminfo reports.
+// "MemTotal" / "MemAvailable" of /proc/meminfo in bytes; UserError when unreadable.
+uint64_t meminfo_bytes(const std::string& key);
+
+// The machine's memory in the plan's budgets (the planner reads no machine): the "auto" host
+// budget, and on the CPU the compute budget, become this rank's share of what /proc/meminfo
+// reports (MemAvailable, MemTotal), 1/local_ranks of it when ranks share the machine. On a GPU
+// apply_device_budget gives the compute budget first.
 void share_machine_memory(MemoryConfig& mem, const torch::Device& device, int local_ranks);
 
 }  // namespace bcd
