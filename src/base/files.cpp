@@ -64,11 +64,19 @@ void commit_temporary(const std::string& tmp, const std::string& path, const std
     if (!fd) fail("open its temporary file to fsync it");
     if (::fsync(fd.get()) != 0) fail("fsync");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename the temporary file into place");
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (const int err = rename_durably(tmp, path)) {
+    errno = err;
+    fail("rename the temporary file into place");
+  }
+}
+
+int rename_durably(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) return errno;
+  const size_t slash = to.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : to.substr(0, slash);
   UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (d) ::fsync(d.get());  // the rename's durability; a directory that cannot be opened keeps it in cache
+  return 0;
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what) {
@@ -112,20 +120,18 @@ void StagingDir::commit(bool force) {
     if (!force) user_error("output directory {} already exists (pass --force to replace it)", target_.string());
     fs::path old = target_.string() + ".old-" + std::to_string(::getpid());
     fs::remove_all(old, ec);
-    fs::rename(target_, old, ec);
-    if (ec) user_error("cannot move the existing {} aside: {}", target_.string(), ec.message());
-    fs::rename(path_, target_, ec);
-    if (ec) {
-      std::error_code ec2;
-      fs::rename(old, target_, ec2);
-      user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(), ec.message());
+    if (const int err = rename_durably(target_.string(), old.string()))
+      user_error("cannot move the existing {} aside: {}", target_.string(), std::strerror(err));
+    if (const int err = rename_durably(path_.string(), target_.string())) {
+      rename_durably(old.string(), target_.string());
+      user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(), std::strerror(err));
     }
     committed_ = true;
     fs::remove_all(old, ec);
     return;
   }
-  fs::rename(path_, target_, ec);
-  if (ec) user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(), ec.message());
+  if (const int err = rename_durably(path_.string(), target_.string()))
+    user_error("cannot move {} into place at {}: {}", path_.string(), target_.string(), std::strerror(err));
   committed_ = true;
 }
 

@@ -33,6 +33,9 @@ int64_t pread_fully(int fd, void* data, size_t n, uint64_t offset);
 // `what` and the path on failure, the temporary removed.
 std::string temporary_beside(const std::string& path);
 void commit_temporary(const std::string& tmp, const std::string& path, const std::string& what);
+// The program's one rename: `from` to `to` (a file or a directory, one filesystem), made durable
+// by an fsync of `to`'s directory. 0, or the errno of the rename.
+int rename_durably(const std::string& from, const std::string& to);
 
 // A directory written whole or not at all: TARGET.tmp-PID, created here (a leftover of an earlier
 // crashed run with this pid removed first) and removed on destruction unless commit() moved it
