@@ -31,29 +31,40 @@ void MetricsWriter::write(const nlohmann::json& record) {
     events_->add_scalars(record[metric_key::kStep].get<int64_t>(), metrics_scalars(record));
 }
 
-void truncate_metrics(const std::string& path, int64_t first_step) {
+std::vector<MetricsLine> read_metrics_lines(const std::string& path, const std::string& then) {
+  std::vector<MetricsLine> out;
   std::ifstream in(path);
-  if (!in) return;
-  std::vector<std::pair<int64_t, std::string>> lines;  // (line number, text), blank lines skipped
-  std::string line;
-  for (int64_t no = 1; std::getline(in, line); ++no)
-    if (!line.empty()) lines.emplace_back(no, line);
-  in.close();
-  std::string kept;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    int64_t step = 0;
-    try {
-      step = parse_json(lines[i].second, kJsonMetricsLine, path).at(metric_key::kStep).get<int64_t>();
-    } catch (const std::exception& e) {
-      if (i + 1 == lines.size()) break;  // a torn last line of a killed run
-      // A record in the middle that cannot be read is not a torn write: cutting there would
-      // delete every record after it. Nothing is rewritten; the user repairs or removes it.
-      user_error("{}: line {} is not a metrics record ({}); records follow it, so it is not a torn last line: "
-                 "repair or delete that line, then resume again (nothing was changed)",
-                 path, lines[i].first, e.what());
+  if (!in) return out;
+  std::string text;
+  int64_t bad = 0;  // the line that was not a record, while no line follows it
+  std::string why;
+  for (int64_t no = 1; std::getline(in, text); ++no) {
+    if (text.empty()) continue;
+    // A line in the middle that cannot be read is not a torn write: leaving it out there would
+    // drop every record after it. Nothing is rewritten; the user repairs or removes it.
+    if (bad > 0)
+      user_error("{}: line {} is not a metrics record ({}); records follow it, so it is not a torn last line: {}",
+                 path, bad, why, then);
+    nlohmann::json rec = parse_json(text, kJsonMetricsLine, path, /*allow_exceptions=*/false);
+    if (!rec.is_object() || !rec.contains(metric_key::kStep) || !rec[metric_key::kStep].is_number_integer()) {
+      bad = no;
+      why = rec.is_discarded() ? "not JSON" : "no integer \"step\"";
+      continue;
     }
-    if (step >= first_step) break;
-    kept += lines[i].second + "\n";
+    const int64_t step = rec[metric_key::kStep].get<int64_t>();
+    out.push_back({no, step, std::move(text), std::move(rec)});
+  }
+  return out;
+}
+
+void truncate_metrics(const std::string& path, int64_t first_step) {
+  std::ifstream probe(path);
+  if (!probe) return;
+  probe.close();
+  std::string kept;
+  for (const MetricsLine& l : read_metrics_lines(path, "repair or delete that line, then resume again (nothing was changed)")) {
+    if (l.step >= first_step) break;
+    kept += l.text + "\n";
   }
   write_file_atomic(path, kept, "metrics file");
 }

@@ -35,6 +35,19 @@ class MetricsWriter {
   std::optional<EventFileWriter> events_;
 };
 
+// The records of a metrics file, in order: each non-blank line that is a JSON object with an
+// integer "step" (its line number and text kept). One rule for every reader that rewrites from
+// them (a resume's truncation, TensorBoard's replay): a torn last line (a killed run's) is left
+// out; any other line that is not a record is a UserError naming the file and the line, ending
+// with `then` (what the user does next, what was left as it was). A missing file has none.
+struct MetricsLine {
+  int64_t line = 0;
+  int64_t step = 0;
+  std::string text;
+  nlohmann::json record;
+};
+std::vector<MetricsLine> read_metrics_lines(const std::string& path, const std::string& then);
+
 // Keeps the records of a metrics file before `first_step` (a resumed run rewrites what follows).
 // A torn last line (a killed run's) is cut; any other line that is not a record is a UserError
 // naming the file and the line, and the file is left as it was.

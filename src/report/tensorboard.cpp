@@ -19,8 +19,8 @@
 #include <string>
 
 #include "base/error.h"
-#include "base/json_read.h"
 #include "report/metric_keys.h"
+#include "report/metrics.h"
 
 namespace bcd {
 
@@ -149,44 +149,11 @@ void EventFileWriter::add_scalars(int64_t step, const std::vector<std::pair<std:
   ++events_;
 }
 
-namespace {
-
-// A record's step, or nullopt when the line is not a record of metrics.jsonl.
-std::optional<int64_t> record_step(const nlohmann::json& rec) {
-  if (!rec.is_object() || !rec.contains(metric_key::kStep) || !rec[metric_key::kStep].is_number_integer()) return std::nullopt;
-  return rec[metric_key::kStep].get<int64_t>();
-}
-
-// The number of leading lines of `path` to replay: every line when all are records, all but the
-// last when only the last is not (a torn write of a killed run). A line that is not a record
-// with records after it is a UserError naming it, before anything is written.
-int64_t replayable_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  int64_t lines = 0, bad = 0;
-  std::string why;
-  for (int64_t no = 1; std::getline(in, line); ++no) {
-    if (line.empty()) continue;
-    if (bad > 0)
-      user_error("{}: line {} is not a metrics record ({}); records follow it, so it is not a torn last line: repair "
-                 "or delete that line (nothing was written)",
-                 path, bad, why);
-    const nlohmann::json rec = parse_json(line, kJsonMetricsLine, path, /*allow_exceptions=*/false);
-    if (!record_step(rec)) {
-      bad = no;
-      why = rec.is_discarded() ? "not JSON" : "no integer \"step\"";
-    }
-    lines = no;
-  }
-  return bad > 0 ? bad - 1 : lines;
-}
-
-}  // namespace
-
 EventFileWriter open_tensorboard(const std::string& run_dir) {
   const fs::path dir = fs::path(run_dir) / "tensorboard";
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
-  const int64_t replay = replayable_lines(metrics);
+  // Every record read first: an unreadable one stops here, before anything is written.
+  const std::vector<MetricsLine> records = read_metrics_lines(metrics, "repair or delete that line (nothing was written)");
   std::error_code ec;
   std::vector<fs::path> old;
   if (fs::is_directory(dir, ec))
@@ -197,15 +164,9 @@ EventFileWriter open_tensorboard(const std::string& run_dir) {
         old.push_back(e.path());
     }
   EventFileWriter w(dir.string());
-  std::ifstream in(metrics);
-  std::string line;
   const double t = now_seconds();
   try {
-    for (int64_t no = 1; no <= replay && std::getline(in, line); ++no) {
-      if (line.empty()) continue;
-      const nlohmann::json rec = parse_json(line, kJsonMetricsLine, metrics, /*allow_exceptions=*/false);
-      w.add_scalars(*record_step(rec), metrics_scalars(rec), t);
-    }
+    for (const MetricsLine& l : records) w.add_scalars(l.step, metrics_scalars(l.record), t);
   } catch (...) {  // a full disk: the old files stay whole, the new one goes
     fs::remove(w.path(), ec);
     throw;
