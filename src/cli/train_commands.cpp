@@ -51,8 +51,7 @@ void claim_for_file_resume(const std::string& ckpt, int64_t step, const std::str
   const std::string ckpts = run_dir + "/checkpoints";
   std::vector<std::string> later;
   for (const std::string& c : fs::is_directory(ckpts, ec) ? list_checkpoints(ckpts) : std::vector<std::string>{}) {
-    const std::string name = fs::path(c).filename().string();  // step-<N>.h5
-    if (std::stoll(name.substr(5)) > step && !fs::equivalent(c, ckpt, ec)) later.push_back(c);
+    if (checkpoint_file_step(c) > step && !fs::equivalent(c, ckpt, ec)) later.push_back(c);
   }
   const bool model = fs::exists(run_dir + "/model.h5", ec);
   if (later.empty() && !model) return;
@@ -66,8 +65,7 @@ void claim_for_file_resume(const std::string& ckpt, int64_t step, const std::str
                "elsewhere, or --overwrite to write over them",
                ckpt, run_dir, what);
   }
-  for (const std::string& c : later) fs::remove(c, ec);
-  prune_checkpoints(ckpts, 1 << 30);  // the removed ones' slices
+  remove_checkpoints(ckpts, later);
 }
 
 int exit_code(const TrainSummary& s) { return s.stopped_by_signal ? 128 + s.stopped_by_signal : 0; }
@@ -139,10 +137,10 @@ Command add_train(CLI::App& app) {
                              ResumeRanks{env.rank, env.world_size, static_cast<int>(stored_world)});
       // Resuming a run directory continues in it, wherever it has moved.
       if (from_dir) cfg.train.run_dir = resume;
-      else claim_for_file_resume(ckpt, reader.attr_int("/", "step"), cfg.train.run_dir, f->overwrite);
+      const int64_t step = reader.attr_int("/", "step");
+      if (!from_dir) claim_for_file_resume(ckpt, step, cfg.train.run_dir, f->overwrite);
       if (!f->quiet && env.rank == 0)
-        fmt::print("resuming {} (step {}) in {}\n", printable_line(ckpt), reader.attr_int("/", "step"),
-                   printable_line(cfg.train.run_dir));
+        fmt::print("resuming {} (step {}) in {}\n", printable_line(ckpt), step, printable_line(cfg.train.run_dir));
       return exit_code(run_training(cfg, f->quiet, ckpt));
     }
     if (f->config_file.empty() && overrides.empty()) user_error("train: give --config FILE and/or --section.key=value");

@@ -50,15 +50,18 @@ std::string checkpoint_shard_path(const std::string& checkpoint, int rank, int c
   return fmt::format("{}.shard-{}-of-{}.{}.h5", stem, rank, count, token);
 }
 
+int64_t checkpoint_file_step(const std::string& path) {
+  static const std::regex name(R"(step-(\d{1,18})\.h5)");
+  std::smatch m;
+  const std::string fn = fs::path(path).filename().string();
+  return std::regex_match(fn, m, name) ? std::stoll(m[1].str()) : -1;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
-  static const std::regex name(R"(step-(\d+)\.h5)");
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string fn = e.path().filename().string();
-    if (std::regex_match(fn, m, name)) found.emplace_back(std::stoll(m[1].str()), e.path().string());
-  }
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (const int64_t step = checkpoint_file_step(e.path().string()); step >= 0) found.emplace_back(step, e.path().string());
   std::sort(found.begin(), found.end());
   std::vector<std::string> out;
   for (auto& f : found) out.push_back(f.second);
@@ -75,6 +78,12 @@ std::string resolve_checkpoint(const std::string& p) {
   const auto all = list_checkpoints(p + "/checkpoints");
   if (all.empty()) user_error("--resume {}: no checkpoint in {}/checkpoints", p, p);
   return all.back();
+}
+
+void remove_checkpoints(const std::string& dir, const std::vector<std::string>& which) {
+  std::error_code ec;
+  for (const std::string& c : which) fs::remove(c, ec);
+  prune_checkpoints(dir, 0);  // their slices (now of no checkpoint) and crashed writers' temporaries
 }
 
 void prune_checkpoints(const std::string& dir, int64_t keep) {

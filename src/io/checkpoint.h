@@ -44,6 +44,8 @@ std::string checkpoint_shard_path(const std::string& checkpoint, int rank, int c
 // Checkpoint files of a directory (step-<N>.h5), oldest first by N; temporaries and slice
 // files are ignored.
 std::vector<std::string> list_checkpoints(const std::string& dir);
+// The step a checkpoint file's name gives (step-<N>.h5), or -1 for another name.
+int64_t checkpoint_file_step(const std::string& path);
 // A checkpoint file as given, or the latest in <run_dir>/checkpoints; UserError when none, or
 // when the file is a slice file.
 std::string resolve_checkpoint(const std::string& run_dir_or_file);
@@ -51,5 +53,9 @@ std::string resolve_checkpoint(const std::string& run_dir_or_file);
 // slice files, temporaries left by a crashed writer, and slice files of no checkpoint (a save
 // that stopped before its checkpoint file was committed).
 void prune_checkpoints(const std::string& dir, int64_t keep);
+// Removes `which` (checkpoint files of `dir`, as list_checkpoints gives them) with their slice
+// files, and temporaries left by a crashed writer: what a run writing over a directory's
+// checkpoints (--overwrite) deletes.
+void remove_checkpoints(const std::string& dir, const std::vector<std::string>& which);
 
 }  // namespace bcd

@@ -316,8 +316,7 @@ std::unique_ptr<DirLock> claim_run_dir(const Config& cfg, bool resuming, bool ov
     user_error("{}: holds {} checkpoint(s) of an earlier run (newest {}); continue it with `bcdtrain train --resume "
                "{}`, choose another train.run_dir, or give --overwrite to delete them and start afresh",
                dir, old.size(), fs::path(old.back()).filename().string(), dir);
-  for (const std::string& c : old) fs::remove(c, ec);
-  prune_checkpoints(ckpts, 1 << 30);  // temporaries of a crashed writer too
+  remove_checkpoints(ckpts, old);
   return lock;
 }
 
