@@ -1,5 +1,5 @@
-// Helpers of the multi-rank tests (test_dist.cpp, test_dist_launch.cpp): rank variables set for
-// a scope, ports, output lines and a launcher's children.
+// Helpers of the multi-rank tests (test_dist.cpp, test_dist_torchrun.cpp, test_dist_launch.cpp):
+// rank variables set for a scope, ports, output lines and a launcher's children.
 #pragma once
 
 #include <arpa/inet.h>

@@ -1,6 +1,7 @@
 // Data-parallel training over real processes on loopback (c10d Gloo), against the single-process
 // run: 2 ranks x b give 1 rank x 2b, a stopped run resumes exactly (and on one rank), a killed
-// rank stops the run. Where ranks come from: test_dist_launch.cpp.
+// rank stops the run. Where ranks come from: test_dist_launch.cpp; under torchrun:
+// test_dist_torchrun.cpp.
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -33,6 +34,7 @@
 #include "dist/process_group.h"
 #include "dist/run_identity.h"
 #include "runtime/run_setup.h"
+#include "data_parallel_fixture.h"
 #include "dist_test_helpers.h"
 #include "test_util.h"
 
@@ -43,92 +45,6 @@ using namespace disttest;
 using test::error_of;
 using test::read_metrics;
 namespace fs = std::filesystem;
-
-// ---- Training on two ranks ----
-
-class DataParallel : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir("bcd-dist");
-    auto r = test::prepare_fortunes(dir_->file("data"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    // Instruction data (a loss mask over the answers) with the same tokenizer.
-    std::string jsonl;
-    for (int i = 0; i < 300; ++i)
-      jsonl += "{\"prompt\": \"What is " + std::to_string(i) + " plus " + std::to_string(i % 7) + "?\", \"response\": \"It is " +
-               std::to_string(i + i % 7) + ".\"}\n";
-    test::write_text(dir_->file("inst.jsonl"), jsonl);
-    r = test::run_bcdtrain("prepare --input " + dir_->file("inst.jsonl") + " --out " + dir_->file("inst") +
-                           " --tokenizer " + dir_->file("data") + "/tokenizer.model --val-fraction 0.3");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  void SetUp() override {
-#ifndef BCD_HAVE_GLOO
-    GTEST_SKIP() << "built without Gloo's headers (libgloo-dev): no multi-rank training";
-#endif
-  }
- public:
-  // `train` of a small model; `batch` sequences per rank.
-  static std::string train(const std::string& run, int batch, const std::string& extra) {
-    return "train --quiet --config " + test::source_path("configs/tiny.toml") + " --data.path=" + dir_->file("data") +
-           " --train.run_dir=" + dir_->file(run) + " --train.batch_size=" + std::to_string(batch) +
-           " --model.d_model=128 --model.d_ff=384 --model.n_kv_heads=2 --train.seq_len=64 --train.log_every=1"
-           " --train.val_every=5 --train.val_batches=4 --bcd.switch_every=3 --sample.prompts='[]'"
-           " --dist.timeout_s=60 --dist.bucket_bytes=64KiB " + extra;
-  }
-  static std::string path(const std::string& name) { return dir_->file(name); }
-
- protected:
-  static test::TempDir* dir_;
-};
-test::TempDir* DataParallel::dir_ = nullptr;
-
-// Until the run directory's metrics.jsonl holds `n` records (at most a minute).
-void wait_for_records(const std::string& run, size_t n) {
-  for (int i = 0; i < 3000; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (fs::exists(run + "/metrics.jsonl") && read_metrics(run + "/metrics.jsonl").size() >= n) return;
-  }
-}
-
-// Every block's weights of two runs: ||a - b|| / ||b|| within `tol`. (Elementwise bounds do not
-// fit: Adam divides by sqrt(v), so an element whose gradient is near zero moves by up to lr per
-// step on a rounding difference; the norm of the difference stays as small as the rounding.)
-void expect_weights_close(const std::string& a, const std::string& b, double tol) {
-  Config cfg;
-  apply_config_text(cfg, read_weights_config(a), a);
-  LlamaModel wa(cfg.model), wb(cfg.model);
-  load_weights(wa, a);
-  load_weights(wb, b);
-  for (int i = 0; i < wa.n_blocks(); ++i) {
-    const torch::Tensor x = wa.block(i).data(), y = wb.block(i).data();
-    const double err = (x - y).norm().item<double>() / y.norm().item<double>();
-    EXPECT_LE(err, tol) << wa.block(i).name() << ": max |a - b| = " << (x - y).abs().max().item<double>();
-  }
-}
-
-void expect_ended_like(const std::string& run, const std::string& full, size_t steps);
-
-// `run` resumed on 2 ranks from its newest checkpoint to its end: its `steps` losses and final
-// weights bitwise those of the uninterrupted run `full`.
-void expect_resumed_like(const std::string& run, const std::string& full, size_t steps) {
-  auto r = test::run_bcdtrain("launch --nproc 2 train --quiet --resume " + run);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_ended_like(run, full, steps);
-}
-
-// `run`, ended, against the uninterrupted run `full`: the same `steps` losses and final weights.
-void expect_ended_like(const std::string& run, const std::string& full, size_t steps) {
-  const auto mf = read_metrics(full + "/metrics.jsonl"), mr = read_metrics(run + "/metrics.jsonl");
-  ASSERT_EQ(mr.size(), steps);
-  ASSERT_EQ(mf.size(), steps);
-  for (size_t i = 0; i < steps; ++i) EXPECT_EQ(mr[i]["loss"].get<double>(), mf[i]["loss"].get<double>()) << i + 1;
-  expect_weights_close(full + "/model.h5", run + "/model.h5", 0.0);
-}
 
 // Two 2-rank runs of `steps` steps, the second with `other` on top of `extra`: bitwise the same
 // losses and final weights, and gradient norms within `norm_tol` (relative; 0: bitwise). Their
@@ -536,103 +452,6 @@ TEST_F(DataParallel, ARankKilledWithoutALauncherEndsTheOtherAndTheRunResumesExac
     EXPECT_GE(CheckpointReader(ckpts.back()).attr_int("/", "step"), 2);
   }
   expect_resumed_like(run, full, 16);
-}
-
-// ---- Under PyTorch's own torchrun (the one beside the reference Python, in LibTorch's venv) ----
-
-// torchrun's path, "" when there is none (the test then skips, saying so).
-std::string torchrun_path() {
-  const std::string python = BCD_TEST_PYTHON;
-  if (python.empty()) return "";
-  const std::string t = (fs::path(python).parent_path() / "torchrun").string();
-  return ::access(t.c_str(), X_OK) == 0 ? t : "";
-}
-
-// torchrun's workers (its children running bcdtrain), in the order it started them.
-// (Every thread's children: torchrun starts them from a thread of its own. A worker's name is
-// "exe": bcdtrain starts itself again, main.cpp.)
-std::vector<pid_t> torchrun_workers(pid_t torchrun) {
-  std::vector<pid_t> out;
-  const std::string tasks = "/proc/" + std::to_string(torchrun) + "/task";
-  for (const auto& t : fs::directory_iterator(tasks)) {
-    std::ifstream in(t.path() / "children");
-    for (pid_t c; in >> c;) {
-      std::error_code ec;
-      if (fs::read_symlink("/proc/" + std::to_string(c) + "/exe", ec).filename() == "bcdtrain") out.push_back(c);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// `torchrun --nproc-per-node 2 --max-restarts 1 ... bcdtrain train ...` of DataParallel::train's
-// run (its banner kept: it says where each attempt started) with `extra`, in the background.
-test::Background torchrun_train(const std::string& torchrun, const std::string& run, const std::string& extra) {
-  std::string cmd = DataParallel::train(run, 4, extra);
-  cmd.erase(cmd.find("--quiet "), 8);
-  return test::Background("--nproc-per-node 2 --max-restarts 1 --master-port " + std::to_string(free_port()) +
-                              " --no-python " + BCD_BINARY + " " + cmd,
-                          DataParallel::path(run + ".log"), torchrun);
-}
-
-// Until `run` has logged a few steps; then one of torchrun's two workers is killed with -9 while
-// both are held still (so the run cannot end between the check and the kill).
-void kill_one_worker_mid_run(const test::Background& torchrun, const std::string& run, size_t steps) {
-  wait_for_records(run, 5);
-  const std::vector<pid_t> workers = torchrun_workers(torchrun.pid);
-  ASSERT_EQ(workers.size(), 2u) << test::read_text(run + ".log");
-  for (pid_t w : workers) ASSERT_EQ(kill(w, SIGSTOP), 0);
-  ASSERT_LT(read_metrics(run + "/metrics.jsonl").size(), steps) << "the run ended before the kill";
-  ASSERT_EQ(kill(workers[1], SIGKILL), 0);
-  ASSERT_EQ(kill(workers[0], SIGCONT), 0);
-}
-
-// torchrun --max-restarts 1 restarts both ranks after one is killed; with --resume=auto the second
-// attempt continues from the newest complete checkpoint (its own banner says where) and ends at the
-// last step, every loss bitwise an uninterrupted run's. torchrun's agent serves the store here
-// (TORCHELASTIC_USE_AGENT_STORE=True): both attempts' ranks join it, their keys apart.
-TEST_F(DataParallel, TorchrunRestartsEveryRankAfterAKillAndTheRunContinuesExactly) {
-  const std::string torchrun = torchrun_path();
-  if (torchrun.empty()) GTEST_SKIP() << "no torchrun beside BCD_TEST_PYTHON (scripts/setup.sh makes LibTorch's venv)";
-  const std::string extra = " --train.steps=16 --train.checkpoint_every=2 --dist.timeout_s=10";
-  const std::string full = path("elastic-full"), run = path("elastic");
-  auto f = test::run_bcdtrain("launch --nproc 2 " + train("elastic-full", 4, extra));
-  ASSERT_EQ(f.exit_code, 0) << f.output;
-  test::Background bg = torchrun_train(torchrun, "elastic", extra + " --resume=auto");
-  kill_one_worker_mid_run(bg, run, 16);
-  if (HasFatalFailure()) return (void)(kill(bg.pid, SIGTERM), bg.wait());
-  const int code = bg.wait();
-  const std::string log = test::read_text(run + ".log");
-  ASSERT_EQ(code, 0) << log;
-  EXPECT_NE(log.find("exitcode: -9"), std::string::npos) << "torchrun saw the kill: " << log;
-  const size_t resumed = log.find("resumed from " + run + "/checkpoints/step-");
-  EXPECT_NE(resumed, std::string::npos) << "the second attempt resumed: " << log;
-  expect_ended_like(run, full, 16);
-}
-
-// Restarted without --resume: rank 0 refuses to start the run again over what the first attempt
-// wrote, saying to add --resume=auto, and torchrun names that as the root cause (the rank's error
-// file) instead of "exitcode 2". The first attempt's checkpoints stay.
-TEST_F(DataParallel, TorchrunRestartWithoutResumeRefusesAndTorchrunNamesWhy) {
-  const std::string torchrun = torchrun_path();
-  if (torchrun.empty()) GTEST_SKIP() << "no torchrun beside BCD_TEST_PYTHON (scripts/setup.sh makes LibTorch's venv)";
-  const std::string run = path("elastic-fresh");
-  test::Background bg = torchrun_train(torchrun, "elastic-fresh",
-                                       " --train.steps=100000 --train.checkpoint_every=2 --dist.timeout_s=10");
-  kill_one_worker_mid_run(bg, run, 100000);
-  if (HasFatalFailure()) return (void)(kill(bg.pid, SIGTERM), bg.wait());
-  const std::vector<std::string> before = list_checkpoints(run + "/checkpoints");
-  ASSERT_FALSE(before.empty());
-  const int code = bg.wait();
-  const std::string log = test::read_text(run + ".log");
-  EXPECT_NE(code, 0) << log;
-  const size_t root = log.find("Root Cause");
-  ASSERT_NE(root, std::string::npos) << log;
-  const std::string cause = log.substr(root);
-  EXPECT_NE(cause.find("TORCHELASTIC_RESTART_COUNT=1: torchrun restarted this run"), std::string::npos) << log;
-  EXPECT_NE(cause.find("add --resume=auto"), std::string::npos) << log;
-  EXPECT_NE(cause.find("error.json"), std::string::npos) << "read from the rank's error file: " << log;
-  for (const std::string& c : before) EXPECT_TRUE(fs::exists(c)) << c << " is gone";
 }
 
 // A rank that hangs (stopped, never answering): the others fail their next collective within
