@@ -1,6 +1,6 @@
 # The floors of the code (DESIGN.md §5): which folder's headers each folder may include.
-# Arrows point down only; folders on one floor (dist | optim | report, model | memory, io | kernels) do not use each
-# other. The build (CMakeLists.txt: one library per folder) and the layering checks
+# Arrows point down only; folders on one floor (dist | optim | report, model | memory,
+# io | kernels) do not use each other. The build (CMakeLists.txt: one library per folder) and the layering checks
 # (tests/layering/) read this one table; a folder missing from it is an error there.
 #
 #   cli       the command line: one file per command group, main.cpp dispatches
@@ -26,7 +26,12 @@ set(BCD_FLOOR_report_USES memory io kernels base)
 set(BCD_FLOOR_runtime_USES dist optim report memory model data io kernels base)
 set(BCD_FLOOR_cli_USES runtime dist optim report memory model data io kernels base)
 
-# Source folder of a floor.
+# Source folder of a floor: src/<floor>, but the kernels (CUDA and CPU SIMD) sit at the top of
+# the tree, kernels/, where the design's layout puts them.
 function(bcd_floor_source_dir floor out)
-  set(${out} ${PROJECT_SOURCE_DIR}/src/${floor} PARENT_SCOPE)
+  if(floor STREQUAL "kernels")
+    set(${out} ${PROJECT_SOURCE_DIR}/kernels PARENT_SCOPE)
+  else()
+    set(${out} ${PROJECT_SOURCE_DIR}/src/${floor} PARENT_SCOPE)
+  endif()
 endfunction()
