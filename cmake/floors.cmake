@@ -1,7 +1,8 @@
 # The floors of the code (DESIGN.md §5): which folder's headers each folder may include.
 # Arrows point down only; folders on one floor (dist | optim | report, model | memory,
-# io | kernels) do not use each other. The build (CMakeLists.txt: one library per folder) and the layering checks
-# (tests/layering/) read this one table; a folder missing from it is an error there.
+# io | kernels) do not use each other. The build (CMakeLists.txt: one library per folder) and
+# the layering checks (tests/layering/) read this one table; a folder missing from it is an
+# error there.
 #
 #   cli       the command line: one file per command group, main.cpp dispatches
 #   runtime   the training loop, its set-up, guard and checkpoint state, the sampler, the banner
