@@ -5,10 +5,10 @@
 # error there.
 #
 #   cli       the command line: one file per command group, main.cpp dispatches
-#   runtime   the training loop, its set-up, guard and checkpoint state, the sampler, the banner
+#   runtime   the training loop, its set-up, guard and checkpoint state, the sampler
 #   dist      process groups, gradient reduction, launchers' variables, launch, run identity
 #   optim     the block optimizer (BCD, staged state), full-model AdamW, the BCD scheduler, LR
-#   report    metrics.jsonl from a StepReport, TensorBoard events, plots, summary.json
+#   report    the banner, metrics.jsonl from a StepReport, TensorBoard events, plots, summary.json
 #   model     Llama family, HF formats, weights files      memory   tiers, slab pool, planner, stager
 #   data      tokenizer, documents, chat templates, prepare, datasets, loader, the Batch
 #   io        io_uring engine, extent store, state files, checkpoints      kernels   AdamW, copy streams

@@ -1,0 +1,11 @@
+// What the banner says of a run (report/banner.h's RunDescription), read from its set-up.
+#pragma once
+
+#include "report/banner.h"
+#include "runtime/run_setup.h"
+
+namespace bcd {
+
+RunDescription describe_run(const RunSetup& run);
+
+}  // namespace bcd
