@@ -69,6 +69,23 @@ struct Variant {
 
 class ExactResume : public Checkpoints, public ::testing::WithParamInterface<Variant> {};
 
+// A checkpoint's step comes from its file name, step-<N>.h5, and nothing else is one (a name of
+// 19 or more digits, which once made a resume throw, included); list_checkpoints orders by it.
+TEST(CheckpointFiles, StepsComeFromTheirNames) {
+  EXPECT_EQ(checkpoint_file_step("run/checkpoints/step-12.h5"), 12);
+  EXPECT_EQ(checkpoint_file_step("step-0.h5"), 0);
+  for (const char* other : {"step-12.h5.tmp-77", "step-12.shard-0-of-2.ab12.h5", "step-.h5", "step-1x.h5", "step-12.h6",
+                            "step-1234567890123456789.h5", "model.h5"})
+    EXPECT_EQ(checkpoint_file_step(other), -1) << other;
+  test::TempDir dir("bcd-ckpt-names");
+  for (const char* f : {"step-10.h5", "step-9.h5", "step-1234567890123456789.h5", "step-2.h5.tmp-1"})
+    test::write_text(dir.file(f), "");
+  const std::vector<std::string> found = list_checkpoints(dir.path());
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0], dir.file("step-9.h5"));
+  EXPECT_EQ(found[1], dir.file("step-10.h5"));
+}
+
 // 2N steps straight == N steps, stop, resume, N steps: losses, weights, moments, schedule, data.
 TEST_P(ExactResume, TwoNStraightEqualsNThenResumeN) {
   const Variant v = GetParam();

@@ -16,6 +16,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "planner_test_helpers.h"
+#include "runtime/machine.h"
 #include "test_util.h"
 
 namespace bcd {
@@ -295,6 +296,33 @@ TEST(Planner, ResetNeedsNoHomeForMoments) {
   // the active unit still has its moments on the GPU; the staging pool moves masters only
   EXPECT_GT(p.compute.by_kind[static_cast<int>(StateKind::kAdamM)], 0u);
   EXPECT_EQ(p.pinned.staging, uint64_t{2} * 4 * 202383360);
+}
+
+// The planner reads no machine: "auto" sizes are the run's to resolve (runtime/machine.h), as a
+// CPU run does from /proc/meminfo, shared among the machine's ranks; a plan of unresolved sizes
+// is refused as an internal error, not completed behind the caller's back.
+TEST(Planner, ReadsNoMachineTheRunResolvesAutoSizes) {
+  auto [m, b, mem] = Unstreamed7b();
+  const TrainConfig t = bf16_train(1, 2048);
+  MemoryConfig host = mem, compute = mem;
+  host.host_bytes = {};
+  compute.compute_bytes = {};
+  EXPECT_THROW(plan_memory(m, b, t, host), InternalError);
+  EXPECT_THROW(plan_memory(m, b, t, compute), InternalError);
+  MemoryConfig one = compute, two = compute;
+  one.host_bytes = two.host_bytes = {};
+  share_machine_memory(one, torch::kCPU, 1);
+  share_machine_memory(two, torch::kCPU, 2);
+  EXPECT_FALSE(one.host_bytes.is_auto || one.compute_bytes.is_auto);
+  EXPECT_GT(one.host_bytes.value, 0u);
+  EXPECT_EQ(one.compute_bytes.value, meminfo_bytes("MemTotal"));
+  EXPECT_EQ(two.compute_bytes.value, meminfo_bytes("MemTotal") / 2);
+  EXPECT_NO_THROW(plan_memory(m, b, t, one));
+  // Given sizes stay as given.
+  MemoryConfig given = mem;
+  share_machine_memory(given, torch::kCPU, 2);
+  EXPECT_EQ(given.host_bytes.value, mem.host_bytes.value);
+  EXPECT_EQ(given.compute_bytes.value, mem.compute_bytes.value);
 }
 
 // Four ranks sharing the block state (dist.shard_state) on one 4 x 24 GiB workstation: each
