@@ -34,8 +34,8 @@ std::string newest_checkpoint(const std::string& run_dir, const char* once) {
 
 }  // namespace
 
-RunGuard::RunGuard(RunSetup& run, RunAhead& ahead, MetricsLog* log, Say say)
-    : run_(run), ahead_(ahead), log_(log), say_(std::move(say)) {}
+RunGuard::RunGuard(Parts parts, RunAhead& ahead, MetricsLog* log, Say say)
+    : run_(std::move(parts)), ahead_(ahead), log_(log), say_(std::move(say)) {}
 
 void RunGuard::start_step(int64_t step, bool switch_due, const std::function<void()>& switch_and_prefetch) {
   try {
@@ -59,12 +59,12 @@ void RunGuard::start_step(int64_t step, bool switch_due, const std::function<voi
     std::string kept;
     if (done < run_.first_step) {
       kept = "no step of this run had finished, so nothing was saved";
-    } else if (run_.pg->world_size() == 1) {
+    } else if (run_.pg.world_size() == 1) {
       std::string lost = "this run writes no checkpoints";
       try {
-        if (run_.can_checkpoint()) {
-          ahead_.give_back(run_);
-          if (switch_due) run_.ops().switch_unit();  // as every checkpoint is written: the next unit active
+        if (can_checkpoint()) {
+          ahead_.give_back(run_.loader);
+          if (switch_due) run_.ops.switch_unit();  // as every checkpoint is written: the next unit active
           const std::string ck = save_checkpoint(run_.train_state(), done);
           kept = fmt::format("every unit's state could still be read: saved the checkpoint {}; once the drive is fixed, "
                              "continue with `bcdtrain train --resume {}` (nothing is lost)",
@@ -81,7 +81,7 @@ void RunGuard::start_step(int64_t step, bool switch_due, const std::function<voi
                                  lost, done, weights)
                    : fmt::format("nothing could be saved: the optimizer state ({}) nor the weights ({})", lost, failed);
       }
-    } else if (run_.is_root()) {
+    } else if (run_.pg.is_root()) {
       // The other ranks wait in a collective: only what this rank holds alone can be written.
       const std::string failed = save_weights_file();
       kept = failed.empty()
@@ -107,7 +107,7 @@ void RunGuard::compute_step(int64_t step, const std::function<void()>& micro_bat
 double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool needed, const torch::Tensor& grad_norm,
                            double* grad_norm_value) {
   const TrainConfig& tc = run_.cfg.train;
-  const double world = run_.pg->world_size();
+  const double world = run_.pg.world_size();
   fired_ = stop_signal();  // this step's: a later signal stops the next step
   other_rank_stops_ = false;
   if (step == run_.first_step) first_loss_sum_ = loss_sum.detach();
@@ -132,15 +132,15 @@ double RunGuard::read_loss(int64_t step, const torch::Tensor& loss_sum, bool nee
     // The stop flags every step, one step late: the step before's, summed while this step ran,
     // so that no step waits on the device's queue for them. Every rank reads the same sums: all
     // stop after the same step.
-    if (const std::optional<std::vector<double>> before = run_.pg->collect_lagged_sum())
+    if (const std::optional<std::vector<double>> before = run_.pg.collect_lagged_sum())
       other_rank_stops_ = (*before)[0] > 0;
-    run_.pg->start_lagged_sum({fired_ ? 1.0 : 0.0});
+    run_.pg.start_lagged_sum({fired_ ? 1.0 : 0.0});
   }
   if (!read) return NAN;
   // The losses when read.
   std::vector<double> sums = {values[0]};
   if (with_first) sums.push_back(values[1]);
-  if (world > 1) sums = run_.pg->sum_over_ranks(sums);
+  if (world > 1) sums = run_.pg.sum_over_ranks(sums);
   if (with_first) first_loss_ = sums[1] / world, first_loss_sum_ = torch::Tensor();
   const double loss = sums[0] / world;  // each micro-batch's loss is already over grad_accum
   // The settings a divergence usually comes from, with their values: one of them may be off.
@@ -164,30 +164,30 @@ void RunGuard::write_checkpoint(int64_t step, std::chrono::steady_clock::time_po
     user_error("{}; training stopped after step {}; {}", e.what(), step,
                newest_checkpoint(run_.cfg.train.run_dir, "the cause is fixed"));
   }
-  if (!run_.is_root()) return;
+  if (!run_.pg.is_root()) return;
   const double ckpt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (log_) log_->checkpoint_s += ckpt_s;
   say_(fmt::format("checkpoint: {} ({:.2f} s)", path, ckpt_s));
 }
 
-bool RunGuard::signal_mid_step() const { return run_.pg->world_size() == 1 && stop_signal() != 0; }
+bool RunGuard::signal_mid_step() const { return run_.pg.world_size() == 1 && stop_signal() != 0; }
 
 void RunGuard::stop_mid_step(int64_t step, const LoaderState& before, TrainSummary& sum) {
   const TrainConfig& tc = run_.cfg.train;
   const int sig = stop_signal();
   const int64_t done = step - 1;
-  run_.train_loader.restore(before);  // the dropped step's batches come again on resume
+  run_.loader.restore(before);  // the dropped step's batches come again on resume
   run_.model.zero_grad();
   // The active unit is the schedule's current one (the step's switch came first): the checkpoint
   // is the one the end of step `done` would write. A process that finished no step has nothing
   // new to keep (a resumed run's checkpoint of `done` is there already).
-  const bool saved = run_.can_checkpoint() && done >= run_.first_step;
+  const bool saved = can_checkpoint() && done >= run_.first_step;
   if (saved) write_checkpoint(done, std::chrono::steady_clock::now());
   sum.stopped_by_signal = sig;
   sum.steps = done;
   fmt::print(stderr, "bcdtrain: stopped by signal {} during step {} (its partial work dropped) after step {}{}\n", sig,
              step, done,
-             run_.can_checkpoint() && (saved || done > 0)
+             can_checkpoint() && (saved || done > 0)
                  ? fmt::format("; continue with: bcdtrain train --resume {}", tc.run_dir)
                  : "");
 }
@@ -198,22 +198,22 @@ bool RunGuard::checkpoint_or_stop(int64_t step, bool due, bool& switch_due, Trai
   // next step. With ranks, one rank's signal stops all after the step that follows the one that
   // saw it (the flags are summed one step late), at the same step.
   int stop = fired_;
-  if (run_.pg->world_size() > 1) stop = other_rank_stops_ ? (stop ? stop : SIGTERM) : 0;
-  if (run_.can_checkpoint() && (stop || due)) {
+  if (run_.pg.world_size() > 1) stop = other_rank_stops_ ? (stop ? stop : SIGTERM) : 0;
+  if (can_checkpoint() && (stop || due)) {
     const auto t0 = std::chrono::steady_clock::now();
-    ahead_.give_back(run_);  // the checkpoint records the loader before the next step's batch
-    if (switch_due) run_.ops().switch_unit(), switch_due = false;  // the next step would start with it
+    ahead_.give_back(run_.loader);  // the checkpoint records the loader before the next step's batch
+    if (switch_due) run_.ops.switch_unit(), switch_due = false;  // the next step would start with it
     write_checkpoint(step, t0);
-    run_.pg->barrier();  // the checkpoint is written before any rank goes on (or stops)
+    run_.pg.barrier();  // the checkpoint is written before any rank goes on (or stops)
   }
   if (!stop) return false;
   sum.stopped_by_signal = stop;
   // on stderr even when quiet: whoever sent the signal needs to know how to go on
   const std::string launch =
-      run_.pg->world_size() > 1 ? fmt::format("launch --nproc {} ", run_.dist_env.local_world_size) : "";
-  if (run_.is_root())
+      run_.pg.world_size() > 1 ? fmt::format("launch --nproc {} ", run_.env.local_world_size) : "";
+  if (run_.pg.is_root())
     fmt::print(stderr, "bcdtrain: stopped by signal {} after step {}{}\n", stop, step,
-               run_.can_checkpoint() ? fmt::format("; continue with: bcdtrain {}train --resume {}", launch, tc.run_dir)
+               can_checkpoint() ? fmt::format("; continue with: bcdtrain {}train --resume {}", launch, tc.run_dir)
                                      : "");
   return true;
 }

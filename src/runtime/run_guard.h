@@ -12,11 +12,16 @@
 #include <string>
 #include <utility>
 
+#include "base/config.h"
 #include "base/stop.h"
 #include "data/batch.h"
+#include "data/loader.h"
+#include "dist/process_group.h"
+#include "model/llama.h"
 #include "report/metrics.h"
-#include "runtime/run_setup.h"
 #include "report/summary.h"
+#include "runtime/step_ops.h"
+#include "runtime/train_state.h"
 
 namespace bcd {
 
@@ -30,18 +35,18 @@ struct RunAhead {
   LoaderState loader_before;  // to hand the batch back before a checkpoint records the loader
 
   bool pending() const { return batch.tokens.defined(); }
-  void run(RunSetup& r) {
-    loader_before = r.train_loader.state();
-    batch = r.train_loader.next();
-    below = r.model.frozen_prefix(batch.tokens, r.ops().grad_from());
+  void run(DataLoader& loader, const LlamaModel& model, int grad_from) {
+    loader_before = loader.state();
+    batch = loader.next();
+    below = model.frozen_prefix(batch.tokens, grad_from);
   }
   Batch take(torch::Tensor& below_out) {
     below_out = std::exchange(below, {});
     return std::exchange(batch, {});
   }
-  void give_back(RunSetup& r) {
+  void give_back(DataLoader& loader) {
     if (!pending()) return;
-    r.train_loader.restore(loader_before);
+    loader.restore(loader_before);
     batch = Batch();
     below = torch::Tensor();
   }
@@ -50,9 +55,20 @@ struct RunAhead {
 class RunGuard {
  public:
   using Say = std::function<void(const std::string&)>;
+  // The parts of a set-up run (runtime/run_setup.h) the guard works on; it owns none.
+  struct Parts {
+    const Config& cfg;
+    const DistEnv& env;
+    ProcessGroup& pg;
+    LlamaModel& model;
+    DataLoader& loader;
+    StepOps& ops;
+    int64_t first_step;                       // > 1 when resumed
+    std::function<TrainState()> train_state;  // a checkpoint's view of the run; empty: no checkpoints
+  };
   // Catches SIGINT/SIGTERM from here until it is destroyed (only while steps run: ^C while
   // sampling just stops); a second signal ends the process at once. `log`: rank 0's, else null.
-  RunGuard(RunSetup& run, RunAhead& ahead, MetricsLog* log, Say say);
+  RunGuard(Parts parts, RunAhead& ahead, MetricsLog* log, Say say);
   RunGuard(const RunGuard&) = delete;
   RunGuard& operator=(const RunGuard&) = delete;
 
@@ -93,7 +109,9 @@ class RunGuard {
   // write stops the run, naming the newest checkpoint.
   void write_checkpoint(int64_t step, std::chrono::steady_clock::time_point t0);
 
-  RunSetup& run_;
+  bool can_checkpoint() const { return static_cast<bool>(run_.train_state); }
+
+  Parts run_;
   RunAhead& ahead_;
   MetricsLog* log_;
   Say say_;

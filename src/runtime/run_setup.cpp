@@ -283,6 +283,12 @@ TrainState RunSetup::train_state() {
   return TrainState{cfg, *pg, model, units, sched, train_loader, *blocks, streamed.get(), tokens_per_step()};
 }
 
+RunGuard::Parts RunSetup::guard_parts() {
+  std::function<TrainState()> state;
+  if (can_checkpoint()) state = [this] { return train_state(); };
+  return RunGuard::Parts{cfg, dist_env, *pg, model, train_loader, *ops_, first_step, std::move(state)};
+}
+
 int RunSetup::shards() const {
   return state_shards(cfg, pg->world_size());
 }

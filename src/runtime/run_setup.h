@@ -25,6 +25,7 @@
 #include "optim/optimizer.h"
 #include "dist/process_group.h"
 #include "runtime/machine.h"
+#include "runtime/run_guard.h"
 #include "runtime/run_plan.h"
 #include "runtime/step_ops.h"
 #include "runtime/streamed_weights.h"
@@ -49,6 +50,8 @@ class RunSetup {
   bool can_checkpoint() const { return opt->checkpointable(); }  // the fused optimizer only
   // What a checkpoint saves and restores (can_checkpoint() only).
   TrainState train_state();
+  // What the step loop's guard works on (runtime/run_guard.h).
+  RunGuard::Parts guard_parts();
   bool is_root() const { return pg->is_root(); }  // rank 0 writes the run directory
 
   // ---- In the order they are set up ----

@@ -130,7 +130,7 @@ void take_stream_stats(RunSetup& run, StepReport& s) {
 double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& console) {
   const TrainConfig& tc = run.cfg.train;
   RunAhead ahead;
-  RunGuard guard(run, ahead, log, console.say());
+  RunGuard guard(run.guard_parts(), ahead, log, console.say());
   Throughput rate;
   bool switch_due = false;  // the schedule moved to a new visit after the last step
   for (int64_t step = run.first_step; step <= tc.steps; ++step) {
@@ -182,7 +182,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
       guard.stop_mid_step(step, step_start, sum);
       break;
     }
-    if (run.ops().can_run_ahead(step)) ahead.run(run), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
+    if (run.ops().can_run_ahead(step)) ahead.run(run.train_loader, run.model, run.ops().grad_from()), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
     run.ops().reduce_gradients();                                              // mean over ranks (the rest of the buckets)
     const bool validate = (tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps;
     const bool logs = step % tc.log_every == 0 || step == tc.steps || validate;
