@@ -30,6 +30,10 @@ uint64_t PoolUsage::state_now() const {
   return n;
 }
 
+MemoryAccounting::MemoryAccounting(const std::array<uint64_t, kNumPools>& budgets) {
+  for (int p = 0; p < kNumPools; ++p) set_budget(static_cast<Pool>(p), budgets[p]);
+}
+
 void MemoryAccounting::set_budget(Pool pool, uint64_t bytes) {
   std::lock_guard<std::mutex> lk(mu_);
   pools_[static_cast<int>(pool)].budget = bytes;

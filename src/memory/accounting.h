@@ -30,6 +30,9 @@ struct PoolUsage {
 // Thread-safe.
 class MemoryAccounting {
  public:
+  MemoryAccounting() = default;
+  // With each pool's budget (by Pool; 0 = unlimited).
+  explicit MemoryAccounting(const std::array<uint64_t, kNumPools>& budgets);
   void set_budget(Pool pool, uint64_t bytes);  // 0 = unlimited
 
   // Adds `bytes` to (pool, use). UserError naming the pool, what it would hold and its budget

@@ -1,6 +1,6 @@
 // The lines a run prints before its first step (model, data, training, utilisation, BCD, memory,
 // streamed weights, ranks, resume), from a RunDescription: plain figures that the run's set-up
-// fills in (runtime/describe_run.h).
+// fills in (runtime/run_description.h).
 #pragma once
 
 #include <cstdint>

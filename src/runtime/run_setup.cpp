@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 
@@ -106,36 +107,35 @@ RunPlan plan_this_run(const Config& cfg) {
 
 namespace {
 
-// The run's plan, refused when it does not fit; [model] in `cfg` becomes the shape that is built
-// and `acct` takes the plan's budgets.
-MemoryPlan plan_run(Config& cfg, const std::vector<DataSource>& sources, const torch::Device& device, int local_ranks,
-                    int world_ranks, MemoryAccounting& acct) {
-  const RunPlan rp = plan_for_run(cfg, sources, device, local_ranks, world_ranks);
-  cfg.model = rp.model;
-  const MemoryPlan& plan = rp.plan;
+// The run's plan, refused when it does not fit. On a GPU the allocator is held to its compute budget.
+MemoryPlan fitting_plan(const MemoryPlan& plan, const torch::Device& device) {
   if (!plan.fits) user_error("memory plan does not fit: {} (`bcdtrain plan` prints the table)", plan.why_not);
-  // A GPU's allocator is held to the plan's compute budget: memory.compute_bytes = 24GiB on a
-  // bigger card fails an allocation where a 24 GiB card would.
+  // memory.compute_bytes = 24GiB on a bigger card fails an allocation where a 24 GiB card would.
   // The allocator gets the budget less what the CUDA runtime holds beside it (the plan's reserve).
   if (device.is_cuda())
     cap_cuda_allocator(cuda_index(device), plan.compute.budget > plan.compute.reserved
                                                ? plan.compute.budget - plan.compute.reserved
                                                : plan.compute.budget);
-  acct.set_budget(Pool::kCompute, plan.compute.budget);
-  acct.set_budget(Pool::kPinned, plan.pinned.budget);
-  acct.set_budget(Pool::kHost, plan.host.budget);
   return plan;
+}
+
+// The accounting's budgets: the plan's, for the compute tier, the pinned pool and host memory
+// (NVMe unlimited).
+std::array<uint64_t, kNumPools> plan_budgets(const MemoryPlan& plan) {
+  std::array<uint64_t, kNumPools> b{};
+  b[static_cast<int>(Pool::kCompute)] = plan.compute.budget;
+  b[static_cast<int>(Pool::kPinned)] = plan.pinned.budget;
+  b[static_cast<int>(Pool::kHost)] = plan.host.budget;
+  return b;
 }
 
 // Ranks agree or nobody starts: before the first collective (the streamed weights' barrier),
 // every rank's description of the run (run_identity.h: the resolved config, data, tokenizer,
 // checkpoint, binary) is compared; ranks of another model shape would abort inside the backend,
 // ranks of another learning rate would train on silently. Returns `plan`.
-MemoryPlan agreed_by_every_rank(ProcessGroup& pg, MemoryPlan plan, const Config& cfg,
-                                const std::vector<DataSource>& sources, const std::string& resume,
-                                const torch::Device& device) {
+void agree_with_every_rank(ProcessGroup& pg, const MemoryPlan& plan, const Config& cfg,
+                           const std::vector<DataSource>& sources, const std::string& resume, const torch::Device& device) {
   if (pg.world_size() > 1) pg.agree(describe_run(cfg, sources, resume, plan, device));
-  return plan;
 }
 
 torch::TensorOptions working_options(const TrainConfig& tc, const torch::Device& device) {
@@ -198,19 +198,40 @@ std::vector<int> fixed_order(const std::vector<UnitShape>& units, const BcdConfi
 
 }  // namespace
 
-RunSetup::RunSetup(Config config, std::string resume)
-    : cfg(std::move(config)),
-      dist_env(DistEnv::from_environment()),
-      device(start_compute(cfg.train, dist_env)),
-      pg(ProcessGroup::connect(dist_env, cfg.dist, device)),
+namespace {
+
+RunSite find_run_site(Config cfg, const std::string& resume) {
+  RunSite s;
+  s.env = DistEnv::from_environment();
+  s.device = start_compute(cfg.train, s.env);             // before anything is read; cuda:LOCAL_RANK on GPUs
+  s.pg = ProcessGroup::connect(s.env, cfg.dist, s.device);  // the ranks joined before anything is read
+  s.sources = open_sources(cfg.data);
+  s.tok = dataset_tokenizer(s.sources.front().ds, resume.empty() ? "" : cfg.train.run_dir);
+  const RunPlan rp = plan_for_run(cfg, s.sources, s.device, s.env.local_world_size, s.pg->world_size());
+  cfg.model = rp.model;  // the shape that is built (HF config.json, init_from, the data's vocabulary)
+  s.plan = fitting_plan(rp.plan, s.device);
+  agree_with_every_rank(*s.pg, s.plan, cfg, s.sources, resume, s.device);
+  s.cfg = std::move(cfg);
+  return s;
+}
+
+}  // namespace
+
+RunSetup::RunSetup(Config config, const std::string& resume) : RunSetup(find_run_site(std::move(config), resume), resume) {}
+
+RunSetup::RunSetup(RunSite site, const std::string& resume)
+    : cfg(std::move(site.cfg)),
+      dist_env(site.env),
+      device(site.device),
+      pg(std::move(site.pg)),
       reducer(pg->world_size() > 1 ? std::make_unique<GradReducer>(*pg, cfg.dist.bucket_bytes.value) : nullptr),
-      sources(open_sources(cfg.data)),
+      sources(std::move(site.sources)),
       ds(sources.front().ds),
-      tok(dataset_tokenizer(ds, resume.empty() ? "" : cfg.train.run_dir)),
+      tok(std::move(*site.tok)),
       train_loader(sources, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
                    /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
-      plan(agreed_by_every_rank(*pg, plan_run(cfg, sources, device, dist_env.local_world_size, pg->world_size(), acct),
-                                cfg, sources, resume, device)),
+      acct(plan_budgets(site.plan)),
+      plan(std::move(site.plan)),
       activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
       nvme_faults(nvme_engines(*pg)),
       streamed(make_streamed(plan, cfg, device, acct, *pg, dist_env, nvme_faults)),
@@ -219,7 +240,7 @@ RunSetup::RunSetup(Config config, std::string resume)
       working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model, streamed.get(), cfg.train.seq_len)),
       units(make_units(model, cfg.bcd)),
       sched(static_cast<int>(units.size()), cfg.bcd, static_cast<uint64_t>(cfg.train.seed), fixed_order(units, cfg.bcd)),
-      resume_from(std::move(resume)) {
+      resume_from(resume) {
   if (streamed) streamed->attach(model);
   // The weights: a resume reads them from its checkpoint (below), [model] init_from from its
   // files (HF or .h5), else they are drawn from the seed.

@@ -33,10 +33,24 @@
 
 namespace bcd {
 
+// Where a run runs and what it is of, found in this order (run_setup.cpp: find_run_site): this
+// process's rank from the launcher's environment, its compute device, the ranks joined, the data
+// opened and its tokenizer checked, [model] resolved to the shape that is built, and the memory
+// plan, refused when it does not fit and agreed by every rank. RunSetup builds the run on it.
+struct RunSite {
+  Config cfg;  // [model]: the shape that is built
+  DistEnv env;
+  torch::Device device{torch::kCPU};
+  std::unique_ptr<ProcessGroup> pg;
+  std::vector<DataSource> sources;
+  std::optional<Tokenizer> tok;
+  MemoryPlan plan;
+};
+
 class RunSetup {
  public:
   // `resume_from`: a checkpoint file to continue from exactly, or "" for a fresh run.
-  RunSetup(Config config, std::string resume_from);
+  RunSetup(Config config, const std::string& resume_from);
   RunSetup(const RunSetup&) = delete;
   RunSetup& operator=(const RunSetup&) = delete;
 
@@ -54,7 +68,7 @@ class RunSetup {
   RunGuard::Parts guard_parts();
   bool is_root() const { return pg->is_root(); }  // rank 0 writes the run directory
 
-  // ---- In the order they are set up ----
+  // ---- The site (RunSite, found first), then the run built on it in this order ----
   Config cfg;                    // as given, with [model] resolved to the shape that is built
   const DistEnv dist_env;        // this process's rank, from the launcher's environment
   const torch::Device device;    // resolved before anything is read; cuda:LOCAL_RANK on GPUs
@@ -64,7 +78,7 @@ class RunSetup {
   TokenDataset ds;                  // the first of them: its tokenizer and attributes (all share them)
   Tokenizer tok;
   DataLoader train_loader;
-  MemoryAccounting acct;         // budgets from the plan
+  MemoryAccounting acct;         // the plan's budgets
   const MemoryPlan plan;
   Charge activations;            // the plan's activation reservation on the compute tier
   const ExtentStore::EngineFactory nvme_faults;  // BCD_NVME_FAULTS: faults for every NVMe store of the run, else empty
@@ -82,6 +96,7 @@ class RunSetup {
   std::optional<double> peak_tflops;  // the device's, for MFU: train.peak_tflops, else a known GPU's
 
  private:
+  RunSetup(RunSite site, const std::string& resume_from);
   void make_optimizer();
   std::optional<StepOps> ops_;  // made with the optimizer
 };

@@ -28,7 +28,7 @@
 #include "model/weights.h"
 #include "report/plots.h"
 #include "dist/process_group.h"
-#include "runtime/describe_run.h"
+#include "runtime/run_description.h"
 #include "runtime/step_report.h"
 #include "runtime/run_guard.h"
 #include "runtime/sampler.h"
@@ -356,7 +356,7 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   const Say say = console.say();
   std::optional<MetricsLog> log = open_run_dir(run);
   sum.opened_run_dir = true;
-  for (const std::string& line : run_banner(describe_run(run))) say(line);
+  for (const std::string& line : run_banner(run_description(run))) say(line);
 
   sum.num_params = run.model.num_params();
   sum.unigram_val_loss = 0;  // a mixture: its datasets' baselines by weight

@@ -6,6 +6,6 @@
 
 namespace bcd {
 
-RunDescription describe_run(const RunSetup& run);
+RunDescription run_description(const RunSetup& run);
 
 }  // namespace bcd

@@ -1,12 +1,12 @@
 // A run's set-up as the banner's plain figures.
-#include "runtime/describe_run.h"
+#include "runtime/run_description.h"
 
 #include "model/matmul.h"
 #include "runtime/cuda_torch.h"
 
 namespace bcd {
 
-RunDescription describe_run(const RunSetup& run) {
+RunDescription run_description(const RunSetup& run) {
   const Config& cfg = run.cfg;
   RunDescription d;
   d.model = cfg.model;
