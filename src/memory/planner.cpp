@@ -416,7 +416,7 @@ void plan_verdict(const PlanInputs& in, MemoryPlan& plan, const VerdictFacts& f,
 MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const TrainConfig& train,
                        const MemoryConfig& mem, int shards, bool fused_attention, int local_ranks,
                        StreamRates rates, CudaReserve reserve) {
-  // The machine's sizes come resolved (runtime/machine.h: share_machine_memory): no byte here is read from it.
+  // The machine's sizes come resolved by the caller (a run: its share of the machine): none is read here.
   BCD_CHECK(!mem.compute_bytes.is_auto && !mem.host_bytes.is_auto,
             "plan_memory: memory.compute_bytes and host_bytes must be resolved (auto: the machine's share) first");
   MemoryPlan plan;

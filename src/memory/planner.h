@@ -98,7 +98,8 @@ struct MemoryPlan {
 
 
 // Plans a run (of one rank). model.vocab_size must be resolved (> 0); model.hf_config is not
-// read. `shards` > 1: the block state is sharded over that many ranks and this rank holds the
+// read; memory.compute_bytes and host_bytes must be sizes, not "auto" (the caller resolves them:
+// a run takes its share of the machine). `shards` > 1: the block state is sharded over that many ranks and this rank holds the
 // largest slice of each unit, ceil(S / shards) elements (dist.shard_state).
 // `fused_attention`: attention runs in a fused kernel that keeps no T x T score matrix
 // (model/llama.h: attention_keeps_scores); false counts the scores (conservative).
