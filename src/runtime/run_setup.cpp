@@ -86,8 +86,9 @@ Tokenizer dataset_tokenizer(const TokenDataset& ds, const std::string& resumed_r
 
 RunPlan plan_for_run(const Config& cfg, const std::vector<DataSource>& sources, const torch::Device& device,
                      int local_ranks, int world_ranks) {
-  // Validation needs at least one window; checked up front so the run does not fail at the end.
-  { DataLoader probe(sources, Split::kVal, 1, cfg.train.seq_len, 0, false, false); }
+  // Training and validation need at least one window each: checked up front (validation would
+  // otherwise fail at the end of the run), the training split first.
+  for (Split split : {Split::kTrain, Split::kVal}) DataLoader probe(sources, split, 1, cfg.train.seq_len, 0, false, false);
   // A mistyped NVMe path would surface only when a larger run first needs the tier.
   for (const std::string& p : cfg.memory.nvme_paths) {
     std::error_code ec;
