@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "base/config.h"
@@ -91,7 +92,7 @@ struct StreamPlan {
   uint64_t window_bytes() const { return static_cast<uint64_t>(depth) * slot_bytes; }
 };
 
-// The planner's steps on the stream (plan_memory's, not part of its API).
+// The planner's own pieces, shared by its files (plan_memory's, not part of its API).
 namespace plan_detail {
 
 // Decoder layers 0..n-1 streamed, the rest resident: window (depth buffers of the largest streamed
@@ -103,6 +104,10 @@ StreamPlan stream_layout(const std::vector<BlockShape>& shapes, const std::vecto
 // The stream's figures (StreamPlan's second half) at s.gbps, s.nvme_gbps and s.tflops.
 void model_stream(StreamPlan& s, const std::vector<BlockShape>& shapes, const std::vector<UnitShape>& units,
                   const ModelConfig& m, const TrainConfig& t, uint64_t w);
+
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// A size as the plan's table and messages print it: GiB, or MiB or bytes when too small to show.
+std::string gib(uint64_t b);
 
 }  // namespace plan_detail
 
