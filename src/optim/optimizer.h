@@ -60,8 +60,9 @@ class Optimizer {
   // The NVMe tier's files go when the optimizer does (a finished run's state is in its checkpoints).
   virtual void discard_nvme_at_close() {}
   // Sharded state (data parallel): ranks owning a slice each (1: not sharded); the active
-  // unit's gradient ranges by owner (empty when not sharded); after step(), this rank's slice of
-  // the updated working weights and the all-gathered whole back into them.
+  // unit's gradient ranges by owner (the block optimizer's are every range rank 0's when not
+  // sharded; none for one without units); after step(), this rank's slice of the updated working
+  // weights and the all-gathered whole back into them.
   virtual int shard_count() const { return 1; }
   virtual const std::vector<GradRange>& grad_ranges() const;
   virtual torch::Tensor owned_weights() const;
