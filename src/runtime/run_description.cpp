@@ -14,8 +14,8 @@ RunDescription run_description(const RunSetup& run) {
   d.bcd = cfg.bcd;
   d.optim = cfg.optim.impl;
   d.bucket_bytes = cfg.dist.bucket_bytes.value;
-  d.num_params = run.model.num_params();
-  d.n_blocks = run.model.n_blocks();
+  d.num_params = run.model().num_params();
+  d.n_blocks = run.model().n_blocks();
   for (const DataSource& s : run.sources)
     d.sources.push_back({s.ds.dir(), s.ds.n_tokens(Split::kTrain), s.ds.n_tokens(Split::kVal), s.weight, s.ds.unigram_val_loss()});
   d.tokens_per_step = run.tokens_per_step();
@@ -25,7 +25,7 @@ RunDescription run_description(const RunSetup& run) {
   if (d.on_cuda) d.gpu = cuda_device_name(cuda_index(run.device));
   d.peak_tflops = run.peak_tflops;
   for (const UnitShape& u : run.units) d.units.push_back(u.name);
-  if (const Stager* stager = run.opt->staged(); stager && run.units.size() > 1) {
+  if (const Stager* stager = run.optimizer().staged(); stager && run.units.size() > 1) {
     RunDescription::Staging s;
     s.compute_bytes = run.acct.usage(Pool::kCompute).total;
     s.planned_compute_bytes = run.plan.compute.total();

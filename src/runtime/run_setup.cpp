@@ -225,28 +225,32 @@ RunSetup::RunSetup(RunSite site, const std::string& resume)
       dist_env(site.env),
       device(site.device),
       pg(std::move(site.pg)),
-      reducer(pg->world_size() > 1 ? std::make_unique<GradReducer>(*pg, cfg.dist.bucket_bytes.value) : nullptr),
       sources(std::move(site.sources)),
-      ds(sources.front().ds),
       tok(std::move(*site.tok)),
-      train_loader(sources, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len, static_cast<uint64_t>(cfg.train.seed),
-                   /*shuffle=*/true, /*prefetch=*/true, pg->rank(), pg->world_size()),
-      acct(plan_budgets(site.plan)),
       plan(std::move(site.plan)),
-      activations(&acct, Pool::kCompute, kUseActivations, plan.compute.activations),
-      nvme_faults(nvme_engines(*pg)),
-      streamed(make_streamed(plan, cfg, device, acct, *pg, dist_env, nvme_faults)),
-      model(cfg.model, working_options(cfg.train, device), std::nullopt,  // drawn or read below, once
-            streamed ? LlamaModel::BlockStorage([this](int b) { return streamed->storage(b); }) : LlamaModel::BlockStorage()),
-      working(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working_bytes(model, streamed.get(), cfg.train.seq_len)),
-      units(make_units(model, cfg.bcd)),
-      sched(static_cast<int>(units.size()), cfg.bcd, static_cast<uint64_t>(cfg.train.seed), fixed_order(units, cfg.bcd)),
+      acct(plan_budgets(plan)),
       resume_from(resume) {
-  if (streamed) streamed->attach(model);
+  // The run, built on its site in this order.
+  if (pg->world_size() > 1) reducer = std::make_unique<GradReducer>(*pg, cfg.dist.bucket_bytes.value);
+  train_loader_.emplace(sources, Split::kTrain, cfg.train.batch_size, cfg.train.seq_len,
+                        static_cast<uint64_t>(cfg.train.seed), /*shuffle=*/true, /*prefetch=*/true, pg->rank(),
+                        pg->world_size());
+  activations = Charge(&acct, Pool::kCompute, kUseActivations, plan.compute.activations);
+  nvme_faults = nvme_engines(*pg);
+  streamed = make_streamed(plan, cfg, device, acct, *pg, dist_env, nvme_faults);
+  StreamedWeights* const from_host = streamed.get();
+  model_.emplace(cfg.model, working_options(cfg.train, device), std::nullopt,  // drawn or read below, once
+                 from_host ? LlamaModel::BlockStorage([from_host](int b) { return from_host->storage(b); })
+                           : LlamaModel::BlockStorage());
+  working = Charge(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking),
+                   working_bytes(*model_, from_host, cfg.train.seq_len));
+  units = make_units(*model_, cfg.bcd);
+  sched_.emplace(static_cast<int>(units.size()), cfg.bcd, static_cast<uint64_t>(cfg.train.seed), fixed_order(units, cfg.bcd));
+  if (streamed) streamed->attach(*model_);
   // The weights: a resume reads them from its checkpoint (below), [model] init_from from its
   // files (HF or .h5), else they are drawn from the seed.
-  if (resume_from.empty() && !cfg.model.init_from.empty()) load_initial_weights(model, cfg.model.init_from);
-  else if (resume_from.empty()) model.init_weights(static_cast<uint64_t>(cfg.train.seed));
+  if (resume_from.empty() && !cfg.model.init_from.empty()) load_initial_weights(*model_, cfg.model.init_from);
+  else if (resume_from.empty()) model_->init_weights(static_cast<uint64_t>(cfg.train.seed));
   // Every rank of the machine wrote the shared streamed weights (init zeroes a block before it
   // draws it): none reads them, as activating the first unit does, before all have finished.
   if (streamed && resume_from.empty()) streamed->ready();
@@ -272,8 +276,8 @@ void RunSetup::make_optimizer() {
   if (cfg.optim.impl == OptimImpl::kTorch) {
     for (StateKind k : {StateKind::kGrad, StateKind::kAdamM, StateKind::kAdamV})
       torch_state.emplace_back(&acct, Pool::kCompute, static_cast<int>(k), working.bytes());
-    model.set_trainable(true);
-    opt = std::make_unique<FullAdamW>(model, cfg.optim);
+    model_->set_trainable(true);
+    opt_ = std::make_unique<FullAdamW>(*model_, cfg.optim);
   } else {
     StateStorage storage;
     storage.accounting = &acct;
@@ -286,29 +290,29 @@ void RunSetup::make_optimizer() {
     storage.shard_count = shards();
     if (device.is_cuda()) storage.stager.compute_stream = torch_current_cuda_stream(cuda_index(device));
     storage.stager.engine_factory = nvme_faults;
-    auto blocks = std::make_unique<BlockAdamW>(model, units, cfg.optim, cfg.bcd.state_on_switch == StateOnSwitch::kKeep, storage);
-    if (streamed)  // the active unit's streamed layers stay on the compute tier for its visit
-      blocks->set_switch_hook([this](const std::vector<int>& prev, const std::vector<int>& next) {
-        streamed->switch_blocks(prev, next);
+    auto blocks = std::make_unique<BlockAdamW>(*model_, units, cfg.optim, cfg.bcd.state_on_switch == StateOnSwitch::kKeep, storage);
+    if (StreamedWeights* const from_host = streamed.get())  // the active unit's streamed layers stay on the compute tier for its visit
+      blocks->set_switch_hook([from_host](const std::vector<int>& prev, const std::vector<int>& next) {
+        from_host->switch_blocks(prev, next);
       });
-    opt = std::move(blocks);
+    opt_ = std::move(blocks);
   }
-  ops_.emplace(StepOps::Parts{cfg, *pg, model, units, sched, reducer.get(), *opt, shards()});
-  if (!opt->checkpointable() && !resume_from.empty())  // checkpoint_every with torch is refused when the config loads
+  ops_.emplace(StepOps::Parts{cfg, *pg, *model_, units, *sched_, reducer.get(), *opt_, shards()});
+  if (!opt_->checkpointable() && !resume_from.empty())  // checkpoint_every with torch is refused when the config loads
     user_error("config: --resume needs [optim] impl = \"fused\" (got \"torch\")");
 }
 
 TrainState RunSetup::train_state() {
   // Checkpoints are the block optimizer's format (can_checkpoint()).
-  auto* blocks = dynamic_cast<BlockAdamW*>(opt.get());
+  auto* blocks = dynamic_cast<BlockAdamW*>(opt_.get());
   BCD_CHECK(blocks, "train_state: checkpoints need the fused optimizer");
-  return TrainState{cfg, *pg, model, units, sched, train_loader, *blocks, streamed.get(), tokens_per_step()};
+  return TrainState{cfg, *pg, *model_, units, *sched_, *train_loader_, *blocks, streamed.get(), tokens_per_step()};
 }
 
 RunGuard::Parts RunSetup::guard_parts() {
   std::function<TrainState()> state;
   if (can_checkpoint()) state = [this] { return train_state(); };
-  return RunGuard::Parts{cfg, dist_env, *pg, model, train_loader, *ops_, first_step, std::move(state)};
+  return RunGuard::Parts{cfg, dist_env, *pg, *model_, *train_loader_, *ops_, first_step, std::move(state)};
 }
 
 int RunSetup::shards() const {

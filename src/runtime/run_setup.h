@@ -61,35 +61,47 @@ class RunSetup {
   // Ranks the block state is sharded over: the world size with dist.shard_state, else 1.
   int shards() const;
   int64_t tokens_per_step() const;  // over all ranks
-  bool can_checkpoint() const { return opt->checkpointable(); }  // the fused optimizer only
+  bool can_checkpoint() const { return opt_->checkpointable(); }  // the fused optimizer only
   // What a checkpoint saves and restores (can_checkpoint() only).
   TrainState train_state();
   // What the step loop's guard works on (runtime/run_guard.h).
   RunGuard::Parts guard_parts();
   bool is_root() const { return pg->is_root(); }  // rank 0 writes the run directory
 
-  // ---- The site (RunSite, found first), then the run built on it in this order ----
+  // The model, the training data's loader, the BCD schedule and the optimizer (built by the
+  // constructor, in its order).
+  LlamaModel& model() { return *model_; }
+  const LlamaModel& model() const { return *model_; }
+  DataLoader& train_loader() { return *train_loader_; }
+  BcdScheduler& sched() { return *sched_; }
+  const BcdScheduler& sched() const { return *sched_; }
+  Optimizer& optimizer() { return *opt_; }  // [optim] impl: "fused" (BlockAdamW) or "torch" (FullAdamW)
+  const Optimizer& optimizer() const { return *opt_; }
+  // The first data source: its tokenizer and attributes stand for every source (they share them).
+  const TokenDataset& ds() const { return sources.front().ds; }
+
+  // ---- The site (RunSite, found first, in the order find_run_site states) ----
   Config cfg;                    // as given, with [model] resolved to the shape that is built
   const DistEnv dist_env;        // this process's rank, from the launcher's environment
   const torch::Device device;    // resolved before anything is read; cuda:LOCAL_RANK on GPUs
   std::unique_ptr<ProcessGroup> pg;  // the ranks (one, without a launcher), joined before anything is read
-  std::unique_ptr<GradReducer> reducer;  // more than one rank only
-  std::vector<DataSource> sources;  // [data] path, or paths with their weights
-  TokenDataset ds;                  // the first of them: its tokenizer and attributes (all share them)
-  Tokenizer tok;
-  DataLoader train_loader;
+  const std::vector<DataSource> sources;  // [data] path, or paths with their weights
+  const Tokenizer tok;           // the data's, checked against it
+  const MemoryPlan plan;         // fits, and every rank agreed to it
   MemoryAccounting acct;         // the plan's budgets
-  const MemoryPlan plan;
+
+  // ---- The run, built on the site in the order the constructor states. Each member is
+  // declared after the parts it holds (a charge after the accounting, the optimizer after the
+  // model, the model after the streamed weights): members are destroyed in the reverse order,
+  // so nothing outlives what it holds. ----
+  std::unique_ptr<GradReducer> reducer;  // more than one rank only
   Charge activations;            // the plan's activation reservation on the compute tier
-  const ExtentStore::EngineFactory nvme_faults;  // BCD_NVME_FAULTS: faults for every NVMe store of the run, else empty
+  ExtentStore::EngineFactory nvme_faults;  // BCD_NVME_FAULTS: faults for every NVMe store of the run, else empty
   std::unique_ptr<StreamedWeights> streamed;  // frozen layers' weights from host memory (plan.stream), or none
-  LlamaModel model;
   Charge working;                // the resident blocks' working weights (streamed ones: `streamed` charges them)
-  const std::vector<UnitShape> units;
-  BcdScheduler sched;
+  std::vector<UnitShape> units;  // the BCD units (blocks trained together)
   std::vector<Charge> torch_state;        // torch's AdamW: gradients and moments of every block
-  std::unique_ptr<Optimizer> opt;         // [optim] impl: "fused" (BlockAdamW) or "torch" (FullAdamW)
-  const std::string resume_from;
+  std::string resume_from;
   int64_t first_step = 1;        // > 1 when resumed
   double resume_s = 0;           // time to read the checkpoint
   int64_t steps_run_ahead = 0;   // steps whose frozen forward ran while the last gradient was on the wire
@@ -98,6 +110,12 @@ class RunSetup {
  private:
   RunSetup(RunSite site, const std::string& resume_from);
   void make_optimizer();
+
+  // The rest of the run, declared last: each holds parts declared before it.
+  std::optional<DataLoader> train_loader_;
+  std::optional<LlamaModel> model_;
+  std::optional<BcdScheduler> sched_;
+  std::unique_ptr<Optimizer> opt_;
   std::optional<StepOps> ops_;  // made with the optimizer
 };
 

@@ -11,13 +11,13 @@ void add_run_figures(StepReport& s, const RunSetup& run) {
   s.steps = run.cfg.train.steps;
   s.tokens = run.tokens_per_step() * s.step;
   s.peak_tflops = run.peak_tflops;
-  if (bc.enabled) s.visit = StepReport::Visit{run.units[s.unit].name, run.sched.epoch(), run.sched.step_in_visit()};
-  s.optim_state_bytes = run.opt->state_bytes();
-  s.block_state_bytes = run.opt->moments_of(s.unit);
-  if (s.block_state_bytes && bc.enabled && (run.sched.step_in_visit() == 0 || s.step == 1))
+  if (bc.enabled) s.visit = StepReport::Visit{run.units[s.unit].name, run.sched().epoch(), run.sched().step_in_visit()};
+  s.optim_state_bytes = run.optimizer().state_bytes();
+  s.block_state_bytes = run.optimizer().moments_of(s.unit);
+  if (s.block_state_bytes && bc.enabled && (run.sched().step_in_visit() == 0 || s.step == 1))
     for (size_t u = 0; u < run.units.size(); ++u)
-      s.state_bytes_by_block.emplace_back(run.units[u].name, run.opt->moments_of(static_cast<int>(u)).value_or(0));
-  if (const Stager* st = run.opt->staged()) s.staging = st->stats();
+      s.state_bytes_by_block.emplace_back(run.units[u].name, run.optimizer().moments_of(static_cast<int>(u)).value_or(0));
+  if (const Stager* st = run.optimizer().staged()) s.staging = st->stats();
   if (run.streamed) s.stream_totals = run.streamed->totals();
   if (run.reducer) {
     const GradReducer::Stats& c = run.reducer->stats();

@@ -91,7 +91,7 @@ std::optional<MetricsLog> open_run_dir(const RunSetup& run) {
   if (resumed) truncate_metrics(dir + "/metrics.jsonl", run.first_step);
   Config cfg = run.cfg;
   write_file_atomic(dir + "/config.toml", config_to_toml(cfg), "run config");
-  copy_tokenizer_files(run.ds.tokenizer_path(), dir);
+  copy_tokenizer_files(run.ds().tokenizer_path(), dir);
   return std::make_optional<MetricsLog>(dir + "/metrics.jsonl", /*append=*/resumed, run.cfg.train.tensorboard);
 }
 
@@ -119,7 +119,7 @@ void take_stream_stats(RunSetup& run, StepReport& s) {
   const StreamStepStats st = run.streamed->take();
   s.stream_bytes = st.bytes, s.stream_uses = st.uses, s.stream_stall_s = st.stall_s;
   s.stream_layer_stall_s = st.max_layer_stall_s;
-  if (st.max_stall_block >= 0) s.stream_stall_block = run.model.block(st.max_stall_block).name();
+  if (st.max_stall_block >= 0) s.stream_stall_block = run.model().block(st.max_stall_block).name();
 }
 
 // One optimizer step per iteration (DESIGN §4): switch if due, prefetch, forward, truncated
@@ -141,11 +141,11 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     });
     if (run.streamed) run.streamed->take();  // what validation or sampling streamed is not this step's
     StepReport s;
-    s.step = step, s.unit = run.sched.current(), s.flops = run.ops().step_flops();
-    s.lr = lr_at(tc, step - 1) * visit_lr_factor(run.cfg.bcd, run.sched.step_in_visit());
-    run.model.zero_grad();
+    s.step = step, s.unit = run.sched().current(), s.flops = run.ops().step_flops();
+    s.lr = lr_at(tc, step - 1) * visit_lr_factor(run.cfg.bcd, run.sched().step_in_visit());
+    run.model().zero_grad();
     torch::Tensor loss_sum;  // on the device; read on the steps that need the figure
-    const LoaderState step_start = run.train_loader.state();
+    const LoaderState step_start = run.train_loader().state();
     bool dropped = false;  // a signal came during the micro-batches (one rank)
     guard.compute_step(step, [&] {
       // Streamed frozen layers below the active unit run every micro-batch while each is on the
@@ -156,10 +156,10 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
         std::vector<torch::Tensor> tokens;
         for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
           belows.emplace_back();
-          batches.push_back(micro == 0 && ahead.pending() ? ahead.take(belows.back()) : run.train_loader.next());
+          batches.push_back(micro == 0 && ahead.pending() ? ahead.take(belows.back()) : run.train_loader().next());
           tokens.push_back(batches.back().tokens);
         }
-        run.model.frozen_prefixes(tokens, belows, run.ops().grad_from());
+        run.model().frozen_prefixes(tokens, belows, run.ops().grad_from());
       }
       for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
         if ((dropped = guard.signal_mid_step())) break;
@@ -167,10 +167,10 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
         torch::Tensor below;  // (B, T, C) when the frozen blocks already ran for this batch
         Batch batch;          // (B, T+1)
         if (!batches.empty()) batch = std::move(batches[micro]), below = std::move(belows[micro]);
-        else batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader.next();
+        else batch = micro == 0 && ahead.pending() ? ahead.take(below) : run.train_loader().next();
         // forward (no autograd below the active unit), the loss over grad_accum; the head's
         // gradient is computed in it, straight into its block's fp32 sum (model/fused_loss.h)
-        torch::Tensor loss = run.model.loss(batch, run.ops().grad_from(), below,
+        torch::Tensor loss = run.model().loss(batch, run.ops().grad_from(), below,
                                             {1.0 / static_cast<double>(tc.grad_accum), /*grad_into_blocks=*/true});
         if (last) run.ops().arm_reduction();        // buckets go out as backward fills them
         loss.backward();                      // backward stops at the active unit
@@ -182,7 +182,7 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
       guard.stop_mid_step(step, step_start, sum);
       break;
     }
-    if (run.ops().can_run_ahead(step)) ahead.run(run.train_loader, run.model, run.ops().grad_from()), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
+    if (run.ops().can_run_ahead(step)) ahead.run(run.train_loader(), run.model(), run.ops().grad_from()), ++run.steps_run_ahead;  // next step's frozen forward, behind the wire
     run.ops().reduce_gradients();                                              // mean over ranks (the rest of the buckets)
     const bool validate = (tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps;
     const bool logs = step % tc.log_every == 0 || step == tc.steps || validate;
@@ -199,14 +199,14 @@ double train_loop(RunSetup& run, MetricsLog* log, TrainSummary& sum, Console& co
     sum.steps = step;  // done (a failure's summary says how far the run got)
     if (validate)                                                        // validate
       s.val_loss = sum.final_val_loss =
-          evaluate_val_loss(run.model, run.sources, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
+          evaluate_val_loss(run.model(), run.sources, tc.batch_size, tc.seq_len, tc.val_batches, run.pg.get());
     if (logs) {                                                          // log
       rate.record(s, run.tokens_per_step(), tc.steps);
       add_run_figures(s, run);
       if (log) log->record(s);
       console.progress(MetricsLog::progress_line(s), validate || step == tc.steps);
     }
-    switch_due = run.sched.step();
+    switch_due = run.sched().step();
     if (guard.checkpoint_or_stop(step, checkpoint, switch_due, sum)) break;  // checkpoint
   }
   return rate.train_s;
@@ -225,8 +225,8 @@ std::string write_samples(RunSetup& run, TrainSummary& sum) {
   for (size_t i = 0; i < run.cfg.sample.prompts.size(); ++i) {
     const std::string& prompt = run.cfg.sample.prompts[i];
     const auto seed = static_cast<uint64_t>(tc.seed) + i;
-    sum.samples.push_back(chat ? generate_chat(run.model, run.tok, *chat, prompt, so, seed)
-                               : generate_text(run.model, run.tok, prompt, so, seed));
+    sum.samples.push_back(chat ? generate_chat(run.model(), run.tok, *chat, prompt, so, seed)
+                               : generate_text(run.model(), run.tok, prompt, so, seed));
     samples_txt += "--- sample " + std::to_string(i + 1) + " ---\n" + sum.samples.back() + "\n";
   }
   write_file_atomic(tc.run_dir + "/samples.txt", samples_txt, "samples");
@@ -239,14 +239,14 @@ void write_outputs(RunSetup& run, TrainSummary& sum, Clock::time_point t_start, 
   const TrainConfig& tc = run.cfg.train;
   std::string samples_txt;
   if (tc.save_model) {  // else a measuring run: the figures are in metrics.jsonl
-    save_weights(run.model, tc.run_dir + "/model.h5", config_to_toml(run.cfg));
+    save_weights(run.model(), tc.run_dir + "/model.h5", config_to_toml(run.cfg));
     samples_txt = write_samples(run, sum);
   }
   sum.wall_s = seconds_since(t_start);
   say(fmt::format("done: {} steps in {}, {:.0f} tok/s, loss {:.4f} -> {:.4f}, val {:.4f} (unigram {:.4f})",
                   sum.steps, format_duration(sum.wall_s), sum.tokens_per_s, sum.first_loss, sum.final_loss,
                   sum.final_val_loss.value_or(NAN), sum.unigram_val_loss));
-  if (run.opt->staged() && sum.staging.switches > 1)
+  if (run.optimizer().staged() && sum.staging.switches > 1)
     say(fmt::format("staging: {} switches, stall {:.1f} ms in total, NVMe read {:.2f} GB / written {:.2f} GB",
                     sum.staging.switches, 1e3 * sum.staging.stall_s, static_cast<double>(sum.staging.nvme_read_bytes) / 1e9,
                     static_cast<double>(sum.staging.nvme_write_bytes) / 1e9));
@@ -349,7 +349,7 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   RunSetup run(std::move(cfg), resume_from);
   // Nothing reads the NVMe tier's files after the run, however it ends (a resume reads its
   // checkpoint): they go when it does, GBs for a 7B model, unless memory.keep_nvme_state.
-  if (!run.cfg.memory.keep_nvme_state) run.opt->discard_nvme_at_close();
+  if (!run.cfg.memory.keep_nvme_state) run.optimizer().discard_nvme_at_close();
   setting_up.finish();
   sum.steps = run.first_step - 1;
   Console console(quiet, run.is_root());
@@ -358,12 +358,12 @@ void train_run(Config cfg, bool quiet, const std::string& resume_from, TrainSumm
   sum.opened_run_dir = true;
   for (const std::string& line : run_banner(run_description(run))) say(line);
 
-  sum.num_params = run.model.num_params();
+  sum.num_params = run.model().num_params();
   sum.unigram_val_loss = 0;  // a mixture: its datasets' baselines by weight
   for (const DataSource& s : run.sources) sum.unigram_val_loss += s.weight * s.ds.unigram_val_loss();
   const double train_s = train_loop(run, log ? &*log : nullptr, sum, console);
-  if (const Stager* st = run.opt->staged()) {
-    if (!sum.stopped_by_signal) run.opt->flush();  // write-backs in flight: their errors surface here
+  if (const Stager* st = run.optimizer().staged()) {
+    if (!sum.stopped_by_signal) run.optimizer().flush();  // write-backs in flight: their errors surface here
     sum.staging = st->stats();
   }
   if (run.streamed) sum.stream = run.streamed->totals();
