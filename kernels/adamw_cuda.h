@@ -1,5 +1,6 @@
 // Fused AdamW on the GPU: the CUDA twin of adamw_step_cpu (kernels/adamw.h), one launch per
 // block segment. Includable from plain C++: no CUDA headers, the stream is forward-declared.
+// Defined in the CUDA side (kernels/cuda_side.h); the program calls it through the side's table.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // Asynchronous host <-> device copies on dedicated CUDA streams, ordered by events against the
 // compute stream: the stream LibTorch enqueues the training work on (its current stream, handed
 // in by the caller; nullptr means the legacy default stream).
-// Includable from plain C++: no CUDA headers. Built on CUDA builds only.
+// Includable from plain C++: no CUDA headers. Built on CUDA builds only, into the CUDA side
+// (kernels/cuda_side.h): the program calls it through the side's table.
 #pragma once
 
 #include <cstddef>

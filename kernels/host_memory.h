@@ -1,6 +1,7 @@
 // CUDA runtime facts (is a device usable, how much memory) and page-locking of host memory for
 // the staging slab pool and streamed weights (DESIGN.md §2). Includable from plain C++;
-// implemented in host_memory.cu on CUDA builds only.
+// implemented in host_memory.cu on CUDA builds only, in the CUDA side (kernels/cuda_side.h),
+// which a call from the program loads.
 #pragma once
 
 #include <cstddef>

@@ -171,8 +171,8 @@ TEST_F(MemoryRun, NvmeHomeWithoutPathsIsRefused) {
 
 // A model whose master + moments are about 3x memory.host_bytes: resident memory stays within
 // host_bytes + the compute tier (host memory on CPU builds) + what loading the binary costs (the
-// pages of LibTorch and the CUDA libraries it links: about 470 MiB with pip's torch 2.11, measured
-// as `bcdtrain --help`'s peak) + a fixed runtime overhead.
+// pages of LibTorch's CPU library: about 125 MiB with pip's torch 2.11, measured as `bcdtrain
+// --help`'s peak; a CPU run loads none of CUDA's) + a fixed runtime overhead.
 TEST_F(MemoryRun, LowRamKeepsResidentMemoryWithinTheBudget) {
   constexpr uint64_t kOverhead = 192ull << 20;  // tokenizer, dataset, LibTorch's working memory, allocator slack
   const uint64_t loaded = test::peak_rss_bytes("--help");

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "dist/rank_facts.h"
+#include "kernels/cuda_side.h"
 
 namespace bcd {
 
@@ -304,9 +305,12 @@ void ProcessGroup::form_group() {
       }
     ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", 0);
     try {
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = timeout + kWatchdogMargin;
-      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, env.rank, env.world_size, opts);
+      // ProcessGroupNCCL is in LibTorch's CUDA library: the CUDA side (kernels/cuda_side.h) makes it.
+      const auto watchdog = std::chrono::duration_cast<std::chrono::milliseconds>(timeout + kWatchdogMargin);
+      const CudaSide& side = cuda_side();
+      if (!side.nccl_backend) user_error("this build's CUDA side has no NCCL process group");
+      void* made = side.nccl_backend(impl_->store.get(), env.rank, env.world_size, watchdog.count());
+      impl_->pg = c10::intrusive_ptr<c10d::Backend>::reclaim(static_cast<c10d::Backend*>(made));
       impl_->device = impl_->model_device;
       set_device_wait([this] { wait_device("a read of the step's values (waiting for the collectives before it)"); });
     } catch (const std::exception& e) {

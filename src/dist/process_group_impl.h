@@ -25,9 +25,6 @@
 #ifdef BCD_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#ifdef BCD_HAVE_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>

@@ -1,7 +1,8 @@
 // LibTorch's CUDA side, as the runtime needs it: the stream training runs on, the caching
-// allocator's cap and peaks, the GPU's name and peak throughput. Compiled against c10/cuda only
-// when LibTorch is a CUDA build (BCD_TORCH_CUDA); with a CPU LibTorch nothing can run on a GPU,
-// and each function says so (nullptr, nullopt, "").
+// allocator's cap and peaks, the GPU's name and peak throughput. The real functions are in the
+// CUDA side (runtime/cuda_torch_side.cpp, loaded as kernels/cuda_side.h says); calling one of
+// these loads it, and a build without one refuses (UserError). Only a run on a CUDA device calls
+// them, after resolve_device loaded the side.
 #pragma once
 
 #include <cstdint>
@@ -16,16 +17,16 @@ namespace bcd {
 // initialises LibTorch's CUDA state (its caching allocator among it, which cap_cuda_allocator
 // sets; Python's torch.cuda runs the same lazy init first). Called once at start-up, before any
 // CUDA memory, stream or event exists, so a rank's pinned pool, copy streams and kernels are on
-// its own GPU and no other GPU gets a context. No-op without a CUDA LibTorch.
+// its own GPU and no other GPU gets a context.
 void start_cuda_device(int device);
 
 // The cudaStream_t LibTorch enqueues on for `device` (its current stream): the copy streams and
-// the fused AdamW order themselves against it. nullptr without a CUDA LibTorch.
+// the fused AdamW order themselves against it.
 void* torch_current_cuda_stream(int device);
 
 // Caps LibTorch's caching allocator on `device` at `bytes` (its memory fraction), so a smaller
 // card (a 24 GiB RTX 4090) is emulated on a bigger one: an allocation past the cap fails as it
-// would there. UserError when `bytes` exceeds the device's memory; no-op without a CUDA LibTorch.
+// would there. UserError when `bytes` exceeds the device's memory.
 void cap_cuda_allocator(int device, uint64_t bytes);
 
 // The caching allocator's peaks since the process started: bytes handed to tensors, and bytes
@@ -38,10 +39,10 @@ std::optional<CudaAllocatorPeaks> cuda_allocator_peaks(int device);
 
 // What the device holds now, by cudaMemGetInfo (total - free): the CUDA context, cuBLAS's
 // workspaces, NCCL's buffers and the caching allocator's reserve (and any other process's use),
-// what a memory cap on the allocator alone does not count. nullopt without a CUDA LibTorch.
+// what a memory cap on the allocator alone does not count. nullopt when the runtime cannot tell.
 std::optional<uint64_t> cuda_device_used_bytes(int device);
 
-// "NVIDIA H200", ...; "" without a CUDA LibTorch.
+// "NVIDIA H200", ...; "" when the runtime cannot tell.
 std::string cuda_device_name(int device);
 
 // Dense peak TFLOP/s of a known GPU for the working dtype ("bf16": tensor cores with fp32

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "kernels/cuda_side.h"
 #ifdef BCD_HAVE_CUDA_KERNELS
 #include "kernels/adamw_cuda.h"
 #include "kernels/host_memory.h"
@@ -33,13 +34,15 @@ int cuda_device_for_rank(int local_rank, int local_ranks, int visible) {
 }
 
 torch::Device resolve_device(DeviceChoice device, int local_rank, int local_ranks) {
-#ifdef BCD_HAVE_CUDA_KERNELS
-  const bool built = true;
-#else
-  const bool built = false;
-#endif
+  const bool built = cuda_side_built();
+  // The CUDA side is loaded only for a GPU asked for, or for "auto" where a GPU driver is seen:
+  // a CPU run, and every command on a machine without a GPU, maps none of CUDA's libraries. It
+  // is loaded before LibTorch is asked about CUDA (LibTorch keeps its first answer).
+  if (device == DeviceChoice::kCpu || (device == DeviceChoice::kAuto && !(built && nvidia_driver_present())))
+    return torch::kCPU;
+  if (built) cuda_side();
   const bool usable = built && torch::cuda::is_available();
-  if (device == DeviceChoice::kCpu || (device == DeviceChoice::kAuto && !usable)) return torch::kCPU;
+  if (device == DeviceChoice::kAuto && !usable) return torch::kCPU;
   if (!usable)
     user_error("config: [train] device = \"cuda\" but {}", built ? "LibTorch finds no usable CUDA device (is this LibTorch built with CUDA, is a GPU visible?)"
                                                                  : "this build has no CUDA kernels (configure with -DBCD_CUDA=ON and a CUDA toolkit)");

@@ -15,7 +15,9 @@ inline int cuda_index(const torch::Device& device) { return device.index() < 0 ?
 // [train] device -> the compute device: "cpu", "cuda" (UserError naming why when it is not
 // usable: no CUDA kernels in this build, LibTorch sees no device, or the GPU's architecture has
 // no kernel image in this build), "auto" (cuda when usable). On CUDA the rank's GPU
-// (cuda_device_for_rank) becomes the process's current device (start_cuda_device).
+// (cuda_device_for_rank) becomes the process's current device (start_cuda_device). The CUDA
+// side (kernels/cuda_side.h) is loaded here and nowhere before: for "cuda", and for "auto" where
+// a GPU driver's device files are seen; "cpu" and "auto" without one load nothing.
 torch::Device resolve_device(DeviceChoice device, int local_rank = 0, int local_ranks = 1);
 
 // The GPU of local rank `local_rank` of `local_ranks` on a machine where it sees `visible` GPUs:
