@@ -23,6 +23,7 @@ namespace {
 
 std::atomic<const CudaSide*> g_side{nullptr};
 
+#ifdef BCD_HAVE_CUDA_KERNELS
 // Where the side may be: BCD_CUDA_SIDE (a file), else beside the executable (an installed or
 // copied binary), else where this build put it.
 std::vector<std::string> side_candidates() {
@@ -40,6 +41,7 @@ std::vector<std::string> side_candidates() {
 #endif
   return out;
 }
+#endif
 
 const CudaSide* load_side() {
 #ifndef BCD_HAVE_CUDA_KERNELS
