@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "base/error.h"
 #include "kernels/cuda_side.h"
 #include "runtime/machine.h"
 #include "test_util.h"
@@ -64,7 +65,14 @@ TEST(CudaSide, LoadedLateItRegistersCudaWithLibTorch) {
   // stand-in hooks would throw "without ATen_cuda library" here.
   EXPECT_TRUE(c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA));
   EXPECT_GT(at::detail::getCUDAHooks().versionCUDART(), 0);
-  if (!torch::cuda::is_available()) return;  // the rest needs a GPU
+  // The side's errors are the program's: an internal check and a refusal thrown there are caught
+  // here by their types (the side keeps its own copy of base/error.cpp).
+  EXPECT_THROW(side.adamw_step(nullptr, nullptr, false, nullptr, nullptr, -1, AdamWHyper{}, nullptr, nullptr),
+               InternalError);
+  if (!torch::cuda::is_available()) {
+    EXPECT_THROW(side.cap_allocator(0, 1ull << 30), UserError);  // no device to read the size of
+    return;  // the rest needs a GPU
+  }
   const torch::Tensor a = torch::ones({1024}, torch::TensorOptions(torch::kCUDA));
   EXPECT_EQ((a * 2).sum().item<float>(), 2048.0f);
   EXPECT_TRUE(side.device_usable());
