@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "base/bytes.h"
@@ -23,12 +24,23 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append, bool tensorbo
   }
 }
 
+namespace {
+
+// A record's step: an object with an integer "step" (what the readers and TensorBoard key on).
+std::optional<int64_t> step_of(const nlohmann::json& record) {
+  if (!record.is_object() || !record.contains(metric_key::kStep) || !record[metric_key::kStep].is_number_integer())
+    return std::nullopt;
+  return record[metric_key::kStep].get<int64_t>();
+}
+
+}  // namespace
+
 void MetricsWriter::write(const nlohmann::json& record) {
   out_ << record.dump() << '\n';
   out_.flush();
   if (!out_) user_error("{}: write failed (disk full?)", path_);
-  if (events_ && record.contains(metric_key::kStep) && record[metric_key::kStep].is_number_integer())
-    events_->add_scalars(record[metric_key::kStep].get<int64_t>(), metrics_scalars(record));
+  if (const std::optional<int64_t> step = step_of(record); events_ && step)
+    events_->add_scalars(*step, metrics_scalars(record));
 }
 
 std::vector<MetricsLine> read_metrics_lines(const std::string& path, const std::string& then) {
@@ -46,21 +58,20 @@ std::vector<MetricsLine> read_metrics_lines(const std::string& path, const std::
       user_error("{}: line {} is not a metrics record ({}); records follow it, so it is not a torn last line: {}",
                  path, bad, why, then);
     nlohmann::json rec = parse_json(text, kJsonMetricsLine, path, /*allow_exceptions=*/false);
-    if (!rec.is_object() || !rec.contains(metric_key::kStep) || !rec[metric_key::kStep].is_number_integer()) {
+    const std::optional<int64_t> step = step_of(rec);
+    if (!step) {
       bad = no;
       why = rec.is_discarded() ? "not JSON" : "no integer \"step\"";
       continue;
     }
-    const int64_t step = rec[metric_key::kStep].get<int64_t>();
-    out.push_back({no, step, std::move(text), std::move(rec)});
+    out.push_back({no, *step, std::move(text), std::move(rec)});
   }
   return out;
 }
 
 void truncate_metrics(const std::string& path, int64_t first_step) {
-  std::ifstream probe(path);
-  if (!probe) return;
-  probe.close();
+  // A file that cannot be read is left as it is (read_metrics_lines would find no record in it).
+  if (!std::ifstream(path)) return;
   std::string kept;
   for (const MetricsLine& l : read_metrics_lines(path, "repair or delete that line, then resume again (nothing was changed)")) {
     if (l.step >= first_step) break;
