@@ -2,7 +2,13 @@
 // export's config.json and directory rules; init_from and weights files; the CLI.
 #include "hf_test_helpers.h"
 
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -131,6 +137,36 @@ TEST(StreamedWeights, PiecesAndRangesCrossChunkAndPieceBoundaries) {
   EXPECT_NO_THROW(r.floats("/a/pieces", n - 1, &x, 1));
   EXPECT_EQ(x, src[n - 1]);
   expect_has(error_of([&] { r.floats("/a/pieces", n - 1, &x, 2); }), {"s.h5", "/a/pieces", "past its end"});
+}
+
+// A file of many pieces (an 8B model's weights, a checkpoint's state) leaves the page cache a
+// piece behind its writer: after the commit, at most the last pieces' pages are resident, not
+// the whole file. (A tmpfs keeps every page: there the hint cannot show.)
+TEST(StreamedWeights, AWrittenFileLeavesThePageCacheBehindTheWriter) {
+  test::TempDir dir("bcd-cache");
+  struct statfs fs {};
+  ASSERT_EQ(::statfs(dir.path().c_str(), &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << dir.path() << " is a tmpfs: its pages are the file";
+  const uint64_t n = 4 * kStatePieceElems;  // 256 MiB of floats
+  {
+    StateFileWriter w(dir.file("big.h5"), "test", 1, "test file");
+    w.floats("/big", n, [&](uint64_t first, float* out, uint64_t count) {
+      for (uint64_t i = 0; i < count; ++i) out[i] = static_cast<float>((first + i) % 65521);
+    });
+    w.commit();
+  }
+  const UniqueFd fd(::open(dir.file("big.h5").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd.get(), &st), 0);
+  const auto bytes = static_cast<uint64_t>(st.st_size);
+  ASSERT_GE(bytes, n * sizeof(float));
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+  ASSERT_NE(map, MAP_FAILED);
+  const uint64_t resident = test::resident_pages(map, bytes) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  ::munmap(map, bytes);
+  EXPECT_LE(resident, 2 * kStatePieceElems * sizeof(float))
+      << (resident >> 20) << " MiB of the " << (bytes >> 20) << " MiB file stayed in the page cache";
 }
 
 // A model whose embedding and LM head are longer than a piece (2^24 elements): the import

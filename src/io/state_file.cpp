@@ -157,6 +157,36 @@ struct StateFileWriter::Impl {
   AttrMap attrs;  // what the digest covers
   std::unique_ptr<float[]> piece;  // floats(dataset, n, fill)'s buffer, kept for the next dataset
   uint64_t piece_elems = 0;
+  UniqueFd cache_fd;      // the temporary file, for handing its written pages back (let_go_of_written)
+  uint64_t let_go = 0;    // bytes of the file from its start whose pages were handed back
+  uint64_t queued = 0;    // bytes of the file from its start whose write-back was started
+
+  // What was written so far leaves the page cache a piece behind the writer: the pages of
+  // everything up to the previous piece's end are waited for on disk (their write-back started
+  // one piece earlier) and dropped, and this piece's write-back starts. A file of many
+  // gigabytes (an 8B model's fp32 weights, a checkpoint's state) then holds a window of a few
+  // pieces in memory instead of filling the page cache with dirty pages a low-RAM node needs,
+  // and the writer reuses the pages it frees. Only a cache hint: nothing it does can fail the
+  // write (the commit's fsync is what makes the file durable).
+  void let_go_of_written() {
+    if (!cache_fd) cache_fd = UniqueFd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!cache_fd) return;
+    struct stat st {};
+    if (::fstat(cache_fd.get(), &st) != 0) return;
+    const uint64_t end = static_cast<uint64_t>(st.st_size);
+    if (queued > let_go) {
+      ::sync_file_range(cache_fd.get(), static_cast<off_t>(let_go), static_cast<off_t>(queued - let_go),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+      ::posix_fadvise(cache_fd.get(), static_cast<off_t>(let_go), static_cast<off_t>(queued - let_go),
+                      POSIX_FADV_DONTNEED);
+      let_go = queued;
+    }
+    if (end > queued) {
+      ::sync_file_range(cache_fd.get(), static_cast<off_t>(queued), static_cast<off_t>(end - queued),
+                        SYNC_FILE_RANGE_WRITE);
+      queued = end;
+    }
+  }
 
   ~Impl() {  // without commit(): the temporary file goes (also when the constructor failed)
     if (committed) return;
@@ -328,6 +358,7 @@ void StateFileWriter::write_floats(const std::string& dataset, uint64_t n, const
         H5Sclose(space);
         impl_->fail("dataset " + dataset, errno);
       }
+      impl_->let_go_of_written();
     }
   }
   H5Sclose(space);
