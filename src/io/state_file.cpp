@@ -157,9 +157,15 @@ struct StateFileWriter::Impl {
   AttrMap attrs;  // what the digest covers
   std::unique_ptr<float[]> piece;  // floats(dataset, n, fill)'s buffer, kept for the next dataset
   uint64_t piece_elems = 0;
-  UniqueFd cache_fd;      // the temporary file, for handing its written pages back (let_go_of_written)
+  UniqueFd tmp_fd;        // the temporary file beside HDF5's own handle: reservations, cache hints, trim
   uint64_t let_go = 0;    // bytes of the file from its start whose pages were handed back
   uint64_t queued = 0;    // bytes of the file from its start whose write-back was started
+
+  // The temporary file opened for writing, once (-1 when it cannot be, errno saying why).
+  int tmp_descriptor() {
+    if (!tmp_fd) tmp_fd = UniqueFd(::open(tmp.c_str(), O_WRONLY | O_CLOEXEC));
+    return tmp_fd ? tmp_fd.get() : -1;
+  }
 
   // What was written so far leaves the page cache a piece behind the writer: the pages of
   // everything up to the previous piece's end are waited for on disk (their write-back started
@@ -169,21 +175,19 @@ struct StateFileWriter::Impl {
   // and the writer reuses the pages it frees. Only a cache hint: nothing it does can fail the
   // write (the commit's fsync is what makes the file durable).
   void let_go_of_written() {
-    if (!cache_fd) cache_fd = UniqueFd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!cache_fd) return;
+    const int fd = tmp_descriptor();
+    if (fd < 0) return;
     struct stat st {};
-    if (::fstat(cache_fd.get(), &st) != 0) return;
+    if (::fstat(fd, &st) != 0) return;
     const uint64_t end = static_cast<uint64_t>(st.st_size);
     if (queued > let_go) {
-      ::sync_file_range(cache_fd.get(), static_cast<off_t>(let_go), static_cast<off_t>(queued - let_go),
+      ::sync_file_range(fd, static_cast<off_t>(let_go), static_cast<off_t>(queued - let_go),
                         SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-      ::posix_fadvise(cache_fd.get(), static_cast<off_t>(let_go), static_cast<off_t>(queued - let_go),
-                      POSIX_FADV_DONTNEED);
+      ::posix_fadvise(fd, static_cast<off_t>(let_go), static_cast<off_t>(queued - let_go), POSIX_FADV_DONTNEED);
       let_go = queued;
     }
     if (end > queued) {
-      ::sync_file_range(cache_fd.get(), static_cast<off_t>(queued), static_cast<off_t>(end - queued),
-                        SYNC_FILE_RANGE_WRITE);
+      ::sync_file_range(fd, static_cast<off_t>(queued), static_cast<off_t>(end - queued), SYNC_FILE_RANGE_WRITE);
       queued = end;
     }
   }
@@ -225,13 +229,12 @@ struct StateFileWriter::Impl {
   // Called only while no write has failed (floats() checks).
   static constexpr uint64_t kSlack = 1u << 20;
   void reserve(const std::string& what, uint64_t bytes) {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd) fail(what, errno);
+    const int fd = tmp_descriptor();
+    if (fd < 0) fail(what, errno);
     struct stat st {};
-    int rc = ::fstat(fd.get(), &st);
-    if (rc == 0) rc = ::fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, st.st_size, static_cast<off_t>(bytes + kSlack));
+    int rc = ::fstat(fd, &st);
+    if (rc == 0) rc = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, st.st_size, static_cast<off_t>(bytes + kSlack));
     const int err = errno;
-    fd.reset();
     if (rc == 0 || err == EOPNOTSUPP || err == ENOSYS) return;  // a file system without fallocate: unreserved
     try {  // HDF5 wrote nothing it could not: close it normally (its metadata fits the slack)
       file.close();
@@ -243,10 +246,10 @@ struct StateFileWriter::Impl {
 
   // The file's size, and the reserved blocks past it given back (after close).
   void trim() {
-    const UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd) return;
+    const int fd = tmp_descriptor();
+    if (fd < 0) return;
     struct stat st {};
-    if (::fstat(fd.get(), &st) == 0) (void)!::ftruncate(fd.get(), st.st_size);
+    if (::fstat(fd, &st) == 0) (void)!::ftruncate(fd, st.st_size);
   }
 };
 
