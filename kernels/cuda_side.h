@@ -24,7 +24,7 @@ struct CUstream_st;  // cudaStream_t is `CUstream_st*` (driver_types.h)
 namespace bcd {
 
 // Bumped whenever CudaSide changes: a side built from other sources is refused when loaded.
-inline constexpr uint32_t kCudaSideAbi = 1;
+inline constexpr uint32_t kCudaSideAbi = 2;
 
 struct CudaSide {
   uint32_t abi = kCudaSideAbi;
@@ -56,7 +56,7 @@ struct CudaSide {
   void (*start_device)(int device) = nullptr;
   void* (*current_stream)(int device) = nullptr;
   void (*cap_allocator)(int device, uint64_t bytes) = nullptr;
-  bool (*allocator_peaks)(int device, uint64_t* allocated, uint64_t* reserved) = nullptr;
+  void (*allocator_peaks)(int device, uint64_t* allocated, uint64_t* reserved) = nullptr;
   bool (*device_used_bytes)(int device, uint64_t* bytes) = nullptr;
   std::string (*device_name)(int device) = nullptr;
   // dist/process_group: a ProcessGroupNCCL over `store` (a c10d::Store*), returned as an owned

@@ -14,9 +14,9 @@ void* torch_current_cuda_stream(int device) { return cuda_side().current_stream(
 
 void cap_cuda_allocator(int device, uint64_t bytes) { cuda_side().cap_allocator(device, bytes); }
 
-std::optional<CudaAllocatorPeaks> cuda_allocator_peaks(int device) {
+CudaAllocatorPeaks cuda_allocator_peaks(int device) {
   CudaAllocatorPeaks p;
-  if (!cuda_side().allocator_peaks(device, &p.allocated, &p.reserved)) return std::nullopt;
+  cuda_side().allocator_peaks(device, &p.allocated, &p.reserved);
   return p;
 }
 

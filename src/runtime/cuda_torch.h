@@ -35,7 +35,7 @@ struct CudaAllocatorPeaks {
   uint64_t allocated = 0;
   uint64_t reserved = 0;
 };
-std::optional<CudaAllocatorPeaks> cuda_allocator_peaks(int device);
+CudaAllocatorPeaks cuda_allocator_peaks(int device);
 
 // What the device holds now, by cudaMemGetInfo (total - free): the CUDA context, cuBLAS's
 // workspaces, NCCL's buffers and the caching allocator's reserve (and any other process's use),

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "kernels/cuda_side.h"
+#include "kernels/host_memory.h"
 
 namespace bcd {
 
@@ -27,14 +28,8 @@ void* torch_current_cuda_stream(int device) {
 }
 
 void cap_cuda_allocator(int device, uint64_t bytes) {
-  size_t free_b = 0, total = 0;
-  int before = 0;
-  if (cudaGetDevice(&before) != cudaSuccess || (before != device && cudaSetDevice(device) != cudaSuccess) ||
-      cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
-    (void)cudaGetLastError();
-    user_error("cuda:{}: cannot read the device's memory size to cap it at {} bytes", device, bytes);
-  }
-  if (before != device) cudaSetDevice(before);
+  const size_t total = cuda_device_total_bytes(device);  // the side's own (kernels/host_memory.cu)
+  if (total == 0) user_error("cuda:{}: cannot read the device's memory size to cap it at {} bytes", device, bytes);
   if (bytes > total)
     user_error("config: [memory] compute_bytes = {:.2f} GiB exceeds cuda:{}'s {:.2f} GiB", bytes / 1073741824.0, device,
                total / 1073741824.0);
@@ -45,12 +40,11 @@ void cap_cuda_allocator(int device, uint64_t bytes) {
                                                      static_cast<c10::DeviceIndex>(device));
 }
 
-bool cuda_allocator_peaks(int device, uint64_t* allocated, uint64_t* reserved) {
+void cuda_allocator_peaks(int device, uint64_t* allocated, uint64_t* reserved) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   constexpr size_t kAggregate = 0;  // StatType::AGGREGATE: all pools together
   *allocated = static_cast<uint64_t>(stats.allocated_bytes[kAggregate].peak);
   *reserved = static_cast<uint64_t>(stats.reserved_bytes[kAggregate].peak);
-  return true;
 }
 
 bool cuda_device_used_bytes(int device, uint64_t* bytes) {

@@ -35,9 +35,10 @@ void add_run_figures(StepReport& s, const RunSetup& run) {
   }
   s.rss_peak_bytes = process_memory_bytes("VmHWM");
   s.host_reads = host_reads();
-  if (run.device.is_cuda())
-    if (const auto p = cuda_allocator_peaks(cuda_index(run.device)))
-      s.cuda = StepReport::Cuda{p->allocated, p->reserved, cuda_device_used_bytes(cuda_index(run.device))};
+  if (run.device.is_cuda()) {
+    const CudaAllocatorPeaks p = cuda_allocator_peaks(cuda_index(run.device));
+    s.cuda = StepReport::Cuda{p.allocated, p.reserved, cuda_device_used_bytes(cuda_index(run.device))};
+  }
   if (s.step == s.steps) s.accounting = run.acct.to_json();
 }
 
