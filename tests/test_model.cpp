@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "data/batch.h"
 #include "model/llama.h"
 #include "model/matmul.h"
 #include "base/error.h"
@@ -555,6 +556,81 @@ TEST(Matmul, ModelLossAgreesAcrossGemmChoices) {
   const auto [lb, gb] = loss_and_grad(CpuMatmul::kBlas);
   EXPECT_NEAR(la, lb, 1e-5 * std::abs(lb));
   for (size_t i = 0; i < ga.size(); ++i) EXPECT_TRUE(torch::allclose(ga[i], gb[i], 1e-4, 1e-5)) << "block " << i;
+}
+
+// ---- A reduced-precision layer's matrices sum their gradients in fp32 ----
+
+struct StepGrads {
+  std::vector<torch::Tensor> sums;      // each block's grad() after the step's micro-batches
+  std::vector<torch::Tensor> autograd;  // each block's autograd buffer after the last backward
+};
+
+// One step of `micro` micro-batches the trainer's way: each loss over micro, backpropagated, then
+// the autograd buffers into the fp32 sums.
+StepGrads step_grads(LlamaModel& m, const torch::Tensor& tokens, int micro, bool into_blocks, int grad_from) {
+  m.zero_grad();
+  StepGrads out;
+  for (int i = 0; i < micro; ++i) {
+    Batch b;
+    b.tokens = tokens.narrow(0, i * tokens.size(0) / micro, tokens.size(0) / micro);
+    m.loss(b, grad_from, {}, LlamaModel::LossOptions{1.0 / micro, into_blocks}).backward();
+    if (i == micro - 1)
+      for (Block& blk : m.blocks()) out.autograd.push_back(blk.trainable() ? blk.autograd_grad().cpu().clone() : torch::Tensor());
+    m.accumulate_grads();
+  }
+  for (Block& blk : m.blocks()) out.sums.push_back(blk.trainable() ? blk.grad().cpu().clone() : torch::Tensor());
+  return out;
+}
+
+// With grad_into_blocks (the trainer's pass) a bf16 layer's matrices add their weight gradients
+// into the block's fp32 sum in backward, one product each, with or without activation
+// checkpointing and with biases: autograd's bf16 buffer reads zero over them (the norms' and the
+// biases' still go through it). On the CPU the product is autograd's own, so every layer's sum is
+// bitwise autograd's summed in fp32; on a GPU it is the fp32-output tensor-core product, within
+// bf16 rounding of autograd's (whose every micro-batch's product was rounded to bf16).
+void expect_layer_matrices_summed_in_fp32(torch::Device device) {
+  for (bool ckpt : {false, true}) {
+    SCOPED_TRACE(ckpt ? "checkpointed" : "not checkpointed");
+    ModelConfig cfg = tiny_config();
+    cfg.qkv_bias = true;
+    cfg.activation_checkpointing = ckpt;
+    LlamaModel m(cfg, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
+    m.init_weights(61);
+    perturb_all(m, 62);
+    for (int i = 1; i < m.n_blocks(); ++i) m.block(i).set_trainable(true);  // the layers and the head
+    const torch::Tensor tokens = random_tokens(4, 9, cfg.vocab_size, 63);
+    const StepGrads want = step_grads(m, tokens, 2, /*into_blocks=*/false, 1);
+    const StepGrads got = step_grads(m, tokens, 2, /*into_blocks=*/true, 1);
+    for (int i = 1; i < m.n_blocks() - 1; ++i) {
+      const Block& b = m.block(i);
+      ASSERT_EQ(got.sums[i].scalar_type(), torch::kFloat32);
+      for (const ParamSlot& s : b.slots()) {
+        const torch::Tensor a = got.autograd[i].narrow(0, s.offset, s.numel());
+        const torch::Tensor w = want.autograd[i].narrow(0, s.offset, s.numel());
+        if (s.shape.size() == 2) {
+          EXPECT_EQ(a.abs().max().item<double>(), 0.0) << b.name() << "." << s.name << " went through autograd";
+        } else {
+          EXPECT_TRUE(torch::equal(a, w)) << b.name() << "." << s.name;
+          EXPECT_GT(a.abs().max().item<double>(), 0.0) << b.name() << "." << s.name;
+        }
+      }
+      if (device.is_cpu()) {
+        EXPECT_TRUE(torch::equal(got.sums[i], want.sums[i])) << b.name();
+      } else {
+        const double scale = want.sums[i].abs().max().item<double>();
+        EXPECT_LE((got.sums[i] - want.sums[i]).abs().max().item<double>(), 1e-2 * scale) << b.name();
+      }
+      EXPECT_GT(got.sums[i].abs().max().item<double>(), 0.0) << b.name();
+    }
+  }
+}
+
+TEST(Model, Bf16LayerMatricesSumTheirGradientsInFp32) { expect_layer_matrices_summed_in_fp32(torch::kCPU); }
+
+TEST(CudaModel, Bf16LayerMatricesSumTheirGradientsInFp32OnTheGpu) {
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device: the fp32-output bf16 product (aten::addmm.dtype) is CUDA's";
+  expect_layer_matrices_summed_in_fp32(torch::kCUDA);
 }
 
 }  // namespace

@@ -46,7 +46,9 @@ class Block {
   // In the working dtype, except for reduced-precision (bf16/fp16) blocks, whose
   // gradient is summed in fp32: autograd fills its own buffer in the working dtype
   // (autograd_grad()), and accumulate_grad() adds that into grad() after each backward, so
-  // micro-batches are never summed, nor the gradient clipped, in bf16.
+  // micro-batches are never summed, nor the gradient clipped, in bf16. The trainer's pass adds
+  // the matrices' gradients (the head's, the layers') into grad() directly, each by one product
+  // summed in fp32, and autograd's buffer reads zero there (model/llama.h: grad_into_blocks).
   torch::Tensor& grad() { return acc_.defined() ? acc_ : grad_; }
   const torch::Tensor& grad() const { return acc_.defined() ? acc_ : grad_; }
   int64_t grad_begin() const { return window_begin_; }

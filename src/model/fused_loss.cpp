@@ -56,7 +56,7 @@ void chunk_gradients(torch::Tensor p, const torch::Tensor& lse, const torch::Ten
   if (acc.defined()) {
     const torch::Tensor& g = low_precision_product ? pw : p;
     const torch::Tensor rows = acc.size(0) == g.size(1) ? g : g.narrow(1, acc_first_row, acc.size(0));
-    if (low_precision_product) at::addmm_out(acc, acc, rows.t(), h, torch::kFloat32);
+    if (low_precision_product) add_product_in_fp32(acc, rows.t(), h);
     else gemm_addmm(acc, rows.t(), full ? h : h.to(p.scalar_type()));
   }
 }

@@ -108,13 +108,26 @@ torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& w, const torch:
   return gemm_linear(x, w, b);
 }
 
+// x times the matrix in block b's `slot` (+ bias): with grad_into_blocks, a trainable matrix of a
+// block that sums its gradient in fp32 gets it there by one product in backward (linear_into_grad_sum).
+torch::Tensor dense(const Block& b, const char* slot, const torch::Tensor& x, bool grad_into_blocks,
+                    const torch::Tensor& bias = {}) {
+  const torch::Tensor& w = b.param(slot);
+  if (grad_into_blocks && w.requires_grad() && b.sums_grad_in_fp32() && torch::GradMode::is_enabled()) {
+    const torch::Tensor sum = b.grad_of(slot);
+    if (sum.defined()) return linear_into_grad_sum(x, w, bias, sum);
+  }
+  return dense(x, w, bias);
+}
+
 // Activation checkpointing: the forward keeps only the layer input; backward recomputes the layer
 // with autograd on and differentiates it (the reentrant scheme of torch.utils.checkpoint).
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 torch::Tensor x, at::TensorList params,
-                                                int64_t layer, int64_t model_ptr) {
+                                                int64_t layer, int64_t model_ptr, bool grad_into_blocks) {
     ctx->save_for_backward({x});
+    ctx->saved_data["into_blocks"] = grad_into_blocks;
     ctx->saved_data["layer"] = layer;
     ctx->saved_data["model"] = model_ptr;
     ctx->saved_data["n_params"] = static_cast<int64_t>(params.size());
@@ -129,22 +142,26 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     const int layer = static_cast<int>(ctx->saved_data["layer"].toInt());
     const int64_t n_params = ctx->saved_data["n_params"].toInt();
     const bool x_grad = ctx->saved_data["x_requires_grad"].toBool();
+    const bool into_blocks = ctx->saved_data["into_blocks"].toBool();
     torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(x_grad);
     const Block& blk = model->block(layer + 1);
     std::vector<torch::Tensor> inputs;
     if (x_grad) inputs.push_back(x);
     for (const auto& p : blk.params())
       if (p.requires_grad()) inputs.push_back(p);
-    torch::autograd::variable_list out(1 + n_params + 2);
+    torch::autograd::variable_list out(1 + n_params + 3);
     if (inputs.empty()) return out;
     // A streamed layer's weights stay bound through the recomputation and its gradient.
     const LayerUse use(model->layer_weights(), layer + 1);
     torch::Tensor y;
     {
       torch::AutoGradMode on(true);
-      y = model->layer_forward(layer, x);
+      y = model->layer_forward(layer, x, into_blocks);
     }
-    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
+    // A matrix whose gradient went into its block's sum has none here (allow_unused): none goes
+    // on, and its accumulator still runs, with nothing to add.
+    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, /*retain_graph=*/std::nullopt,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
     size_t g = 0;
     if (x_grad) out[0] = grads[g++];
     for (int64_t i = 0; i < n_params; ++i)
@@ -365,7 +382,7 @@ torch::Tensor LlamaModel::head_weight() const {
   return cfg_.tie_embeddings ? embed_weight() : blocks_.back().param(slot::kOutput);
 }
 
-torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const {
+torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x, bool grad_into_blocks) const {
   const LayerUse use(weights_, layer + 1);
   const Block& b = blocks_.at(layer + 1);
   const int64_t bsz = x.size(0), t = x.size(1);
@@ -376,30 +393,31 @@ torch::Tensor LlamaModel::layer_forward(int layer, const torch::Tensor& x) const
   torch::Tensor hn = rms_norm(x, b.param(slot::kAttnNorm), cfg_.norm_eps);
   torch::Tensor bq, bk, bv;
   if (cfg_.qkv_bias) bq = b.param(slot::kBq), bk = b.param(slot::kBk), bv = b.param(slot::kBv);
-  torch::Tensor q = dense(hn, b.param(slot::kWq), bq).view({bsz, t, h, d});
-  torch::Tensor k = dense(hn, b.param(slot::kWk), bk).view({bsz, t, kv, d});
+  torch::Tensor q = dense(b, slot::kWq, hn, grad_into_blocks, bq).view({bsz, t, h, d});
+  torch::Tensor k = dense(b, slot::kWk, hn, grad_into_blocks, bk).view({bsz, t, kv, d});
   if (cfg_.qk_norm) {  // Qwen3: each head's q and k RMS-normalised over D, before RoPE
     q = rms_norm(q, b.param(slot::kQNorm), cfg_.norm_eps);
     k = rms_norm(k, b.param(slot::kKNorm), cfg_.norm_eps);
   }
   q = q.transpose(1, 2), k = k.transpose(1, 2);
-  torch::Tensor v = dense(hn, b.param(slot::kWv), bv).view({bsz, t, kv, d}).transpose(1, 2);
+  torch::Tensor v = dense(b, slot::kWv, hn, grad_into_blocks, bv).view({bsz, t, kv, d}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
   torch::Tensor a = causal_attention(q, k, v).transpose(1, 2).reshape({bsz, t, h * d});
-  torch::Tensor y = x + dense(a, b.param(slot::kWo));
+  torch::Tensor y = x + dense(b, slot::kWo, a, grad_into_blocks);
 
   // SwiGLU MLP: (B, T, C) -> (B, T, F) -> (B, T, C)
   torch::Tensor hm = rms_norm(y, b.param(slot::kMlpNorm), cfg_.norm_eps);
-  torch::Tensor g = torch::silu(dense(hm, b.param(slot::kWGate))) * dense(hm, b.param(slot::kWUp));
-  return y + dense(g, b.param(slot::kWDown));
+  torch::Tensor g = torch::silu(dense(b, slot::kWGate, hm, grad_into_blocks)) * dense(b, slot::kWUp, hm, grad_into_blocks);
+  return y + dense(b, slot::kWDown, g, grad_into_blocks);
 }
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below) const {
   return dense(final_hidden(tokens, grad_from, below), head_weight());
 }
 
-torch::Tensor LlamaModel::final_hidden(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below) const {
+torch::Tensor LlamaModel::final_hidden(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below,
+                                        bool grad_into_blocks) const {
   BCD_CHECK(tokens.dim() == 2, "tokens must be (B, T)");
   const int64_t t = tokens.size(1);
   if (t > cfg_.max_seq_len)
@@ -425,9 +443,9 @@ torch::Tensor LlamaModel::final_hidden(const torch::Tensor& tokens, int grad_fro
     if (grad_here && cfg_.activation_checkpointing) {
       const Block& b = blocks_[i + 1];
       x = CheckpointedLayer::apply(x, at::TensorList(b.params()), static_cast<int64_t>(i),
-                                   reinterpret_cast<int64_t>(this))[0];
+                                   reinterpret_cast<int64_t>(this), grad_into_blocks)[0];
     } else {
-      x = layer_forward(i, x);
+      x = layer_forward(i, x, grad_here && grad_into_blocks);
     }
   }
   torch::AutoGradMode mode(grad_on);
@@ -492,7 +510,7 @@ torch::Tensor LlamaModel::cross_entropy(const torch::Tensor& batch_in, int grad_
   const torch::Tensor batch = to_compute(batch_in, opts_.device());  // loaders and samplers build on the CPU
   const int64_t t = batch.size(1) - 1;
   torch::Tensor inputs = batch.narrow(1, 0, t), targets = batch.narrow(1, 1, t);
-  torch::Tensor hn = final_hidden(inputs, grad_from, below);
+  torch::Tensor hn = final_hidden(inputs, grad_from, below, grad_into_blocks);
   hn = hn.reshape({-1, hn.size(-1)});
   const torch::Tensor w = head_weight();
   torch::Tensor sink;

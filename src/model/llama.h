@@ -88,8 +88,9 @@ class LlamaModel {
   torch::Tensor loss(const Batch& batch, int grad_from = 0, const torch::Tensor& below = {}) const;
   // How the trainer takes a micro-batch's loss: multiplied by `scale` (1/grad_accum) and, with
   // grad_into_blocks, the head weight's gradient added straight into its block's fp32 gradient
-  // sum during the forward pass (no bf16 gradient buffer is filled for it); the returned loss
-  // must then be backpropagated as it is, once. A vocabulary slice of the head's matrix (or of a
+  // sum during the forward pass, and a reduced-precision layer's matrices' in backward, each by
+  // one product summed in fp32 (no bf16 gradient buffer is filled for them: layer_forward); the
+  // returned loss must then be backpropagated as it is, once. A vocabulary slice of the head's matrix (or of a
   // tied embedding) always takes its rows' gradient that way, whatever grad_into_blocks says,
   // and the embedding's slice in backward (Block::row_grad).
   struct LossOptions {
@@ -110,7 +111,10 @@ class LlamaModel {
   void frozen_prefixes(const std::vector<torch::Tensor>& batches, std::vector<torch::Tensor>& below, int upto) const;
 
   // One decoder layer: (B, T, C) -> (B, T, C). Public for tests and checkpointed recompute.
-  torch::Tensor layer_forward(int layer, const torch::Tensor& x) const;
+  // With grad_into_blocks, under autograd, a reduced-precision trainable layer's matrices send
+  // their gradients straight into the block's fp32 sum in backward (model/matmul.h:
+  // linear_into_grad_sum), not through autograd's working-dtype buffer.
+  torch::Tensor layer_forward(int layer, const torch::Tensor& x, bool grad_into_blocks = false) const;
 
   // Layers' weights fetched through `w` (not owned; nullptr: all resident).
   void set_layer_weights(LayerWeights* w) { weights_ = w; }
@@ -141,7 +145,8 @@ class LlamaModel {
   torch::Tensor cross_entropy(const torch::Tensor& batch, int grad_from, const torch::Tensor& below,
                               const torch::Tensor& scale, bool grad_into_blocks) const;
   // forward up to the head: the final norm's output (B, T, C).
-  torch::Tensor final_hidden(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below) const;
+  torch::Tensor final_hidden(const torch::Tensor& tokens, int grad_from, const torch::Tensor& below,
+                             bool grad_into_blocks = false) const;
   torch::Tensor frozen_blocks(const torch::Tensor& tokens, int upto) const;
   // Tells weights_ the blocks of a pass: layers [first, L) forward; with `backward`, then the
   // layers from grad_from's down the checkpointed backward recomputes.

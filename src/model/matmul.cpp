@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 
@@ -108,6 +109,45 @@ struct OneDnnLinear : public torch::autograd::Function<OneDnnLinear> {
   }
 };
 
+// y = x w^T (+ b) whose w gradient goes into its fp32 sum (linear_into_grad_sum). The bias comes
+// as a list of none or one, the sum by pointer: an undefined tensor cannot be an input of an
+// autograd function. Backward's products are the ones autograd's linear computes (mm's backward
+// with these layouts), so on the CPU, where the weight's is rounded as autograd's, the sum is
+// bitwise what autograd's gradient summed in fp32 gives.
+struct LinearIntoGradSum : public torch::autograd::Function<LinearIntoGradSum> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               at::TensorList bias, const torch::Tensor* sum) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["sum"] = *sum;
+    ctx->saved_data["bias"] = !bias.empty();
+    torch::NoGradGuard ng;
+    return gemm_linear(x, w, bias.empty() ? torch::Tensor() : bias[0]);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    const torch::Tensor sum = ctx->saved_data["sum"].toTensor();
+    const bool bias = ctx->saved_data["bias"].toBool();
+    ctx->saved_data.clear();
+    const torch::Tensor g = grad_out[0].reshape({-1, w.size(0)});
+    variable_list out{torch::Tensor(), torch::Tensor()};  // x, w (none: it goes into the sum)
+    if (ctx->needs_input_grad(0)) out[0] = gemm_mm(g, w).view(x.sizes());
+    if (bias) out.push_back(ctx->needs_input_grad(2) ? g.sum(0) : torch::Tensor());
+    out.emplace_back();  // the sum's pointer
+    add_product_in_fp32(sum, g.t(), x.reshape({-1, x.size(-1)}));
+    return out;
+  }
+};
+
+// Whether this LibTorch's CUDA product takes an fp32 `self` with bf16/fp16 matrices
+// (aten::addmm.dtype; early releases wanted self in the matrices' dtype): learnt at the first
+// product, and the fallback (an fp32-output product, then an fp32 add) said once.
+std::atomic<int>& fp32_self_product() {
+  static std::atomic<int> known{-1};  // -1 not yet tried, 0 no, 1 yes
+  return known;
+}
+
 }  // namespace
 
 void set_cpu_matmul(CpuMatmul choice) { onednn_flag().store(resolve(choice), std::memory_order_relaxed); }
@@ -138,6 +178,42 @@ void gemm_addmm(const torch::Tensor& out, const torch::Tensor& a, const torch::T
                 out.size(1) == b.size(1),
             "gemm_addmm: ({}) += ({}) x ({})", shape_of(out), shape_of(a), shape_of(b));
   onednn_gemm(a, b, out, 1.0f);
+}
+
+void add_product_in_fp32(const torch::Tensor& sum, const torch::Tensor& a, const torch::Tensor& b) {
+  BCD_CHECK(sum.scalar_type() == torch::kFloat32 && a.scalar_type() == b.scalar_type() && a.dim() == 2 &&
+                b.dim() == 2 && a.size(1) == b.size(0) && sum.size(0) == a.size(0) && sum.size(1) == b.size(1),
+            "add_product_in_fp32: ({}) {} += ({}) x ({}) {}", shape_of(sum), c10::toString(sum.scalar_type()),
+            shape_of(a), shape_of(b), c10::toString(a.scalar_type()));
+  if (!a.is_cuda()) {
+    sum.add_(gemm_mm(a, b));
+    return;
+  }
+  std::atomic<int>& known = fp32_self_product();
+  if (known.load(std::memory_order_relaxed) != 0) {
+    try {
+      at::addmm_out(const_cast<torch::Tensor&>(sum), sum, a, b, torch::kFloat32);
+      known.store(1, std::memory_order_relaxed);
+      return;
+    } catch (const c10::Error& e) {
+      if (known.load(std::memory_order_relaxed) == 1) throw;  // it worked before: a real failure
+      known.store(0, std::memory_order_relaxed);
+      fmt::print(stderr, "bcdtrain: warning: this LibTorch's fp32-output product does not add into an fp32 sum ({}); "
+                         "the product is written in fp32, then added\n", e.what_without_backtrace());
+    }
+  }
+  sum.add_(at::mm(a, b, torch::kFloat32));
+}
+
+torch::Tensor linear_into_grad_sum(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                                   const torch::Tensor& w_grad_sum) {
+  BCD_CHECK(w_grad_sum.defined() && w_grad_sum.scalar_type() == torch::kFloat32 && w_grad_sum.sizes() == w.sizes() &&
+                (w.scalar_type() == torch::kBFloat16 || w.scalar_type() == torch::kHalf),
+            "linear_into_grad_sum: a {} weight ({}) with a gradient sum of ({})", c10::toString(w.scalar_type()),
+            shape_of(w), w_grad_sum.defined() ? shape_of(w_grad_sum) : std::string("none"));
+  std::vector<torch::Tensor> bias;
+  if (b.defined()) bias.push_back(b);
+  return LinearIntoGradSum::apply(x, w, at::TensorList(bias), &w_grad_sum);
 }
 
 }  // namespace bcd

@@ -32,4 +32,19 @@ torch::Tensor gemm_mm(const torch::Tensor& a, const torch::Tensor& b);
 // out += a times b (out (n, m), contiguous): addmm_ with the products above. No autograd.
 void gemm_addmm(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b);
 
+// sum (n, m) fp32 += a (n, k) times b (k, m), a and b in a reduced-precision dtype (bf16, fp16),
+// 2-D (transposed views are read as they are). On a GPU one tensor-core product that sums its
+// fp32 accumulators straight into `sum` (aten::addmm.dtype): the product is never rounded to the
+// working dtype. LibTorch's CPU has no such product: there the working-dtype product, rounded
+// once, is added (what autograd's gradient plus an fp32 sum of it computed). No autograd.
+void add_product_in_fp32(const torch::Tensor& sum, const torch::Tensor& a, const torch::Tensor& b);
+
+// x (..., in) times w (out, in) transposed, plus b (out) when defined, as gemm_linear computes it;
+// under autograd w's gradient is not returned but added into `w_grad_sum` (fp32, w's shape: its
+// block's gradient sum, model/block.h) by add_product_in_fp32 in backward, and autograd gets none
+// for w (its accumulator still runs, with no gradient, so hooks on it see w done). x's and b's
+// gradients are autograd's, in the working dtype. For a reduced-precision w only.
+torch::Tensor linear_into_grad_sum(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                                   const torch::Tensor& w_grad_sum);
+
 }  // namespace bcd
