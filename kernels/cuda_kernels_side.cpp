@@ -22,7 +22,7 @@ void fill_kernels(CudaSide& t) {
   t.device_usable = &cuda_device_usable;
   t.host_register = &cuda_host_register;
   t.host_unregister = &cuda_host_unregister;
-  t.device_total_bytes = &cuda_device_total_bytes;
+  t.device_memory = &cuda_device_memory;
   t.streams_new = [](void* compute) -> void* { return new CudaCopyStreams(compute); };
   t.streams_delete = [](void* s) { delete static_cast<CudaCopyStreams*>(s); };
   t.streams_copy_out = [](void* s, void* host, const void* dev, size_t n) { return streams(s).copy_out(host, dev, n); };

@@ -111,7 +111,9 @@ std::string adamw_cuda_unsupported_reason(int device) { return cuda_side().adamw
 bool cuda_device_usable() { return cuda_side().device_usable(); }
 std::string cuda_host_register(void* p, size_t bytes) { return cuda_side().host_register(p, bytes); }
 void cuda_host_unregister(void* p) { cuda_side().host_unregister(p); }
-size_t cuda_device_total_bytes(int device) { return cuda_side().device_total_bytes(device); }
+bool cuda_device_memory(int device, size_t* free_bytes, size_t* total_bytes) {
+  return cuda_side().device_memory(device, free_bytes, total_bytes);
+}
 
 // ---- kernels/copy_streams.h ----
 

@@ -24,7 +24,7 @@ struct CUstream_st;  // cudaStream_t is `CUstream_st*` (driver_types.h)
 namespace bcd {
 
 // Bumped whenever CudaSide changes: a side built from other sources is refused when loaded.
-inline constexpr uint32_t kCudaSideAbi = 2;
+inline constexpr uint32_t kCudaSideAbi = 3;
 
 struct CudaSide {
   uint32_t abi = kCudaSideAbi;
@@ -37,7 +37,7 @@ struct CudaSide {
   bool (*device_usable)() = nullptr;
   std::string (*host_register)(void* p, size_t bytes) = nullptr;
   void (*host_unregister)(void* p) = nullptr;
-  size_t (*device_total_bytes)(int device) = nullptr;
+  bool (*device_memory)(int device, size_t* free_bytes, size_t* total_bytes) = nullptr;
   // kernels/copy_streams.h: the side's CudaCopyStreams behind an opaque handle
   void* (*streams_new)(void* compute_stream) = nullptr;
   void (*streams_delete)(void* s) = nullptr;
@@ -57,7 +57,6 @@ struct CudaSide {
   void* (*current_stream)(int device) = nullptr;
   void (*cap_allocator)(int device, uint64_t bytes) = nullptr;
   void (*allocator_peaks)(int device, uint64_t* allocated, uint64_t* reserved) = nullptr;
-  bool (*device_used_bytes)(int device, uint64_t* bytes) = nullptr;
   std::string (*device_name)(int device) = nullptr;
   // dist/process_group: a ProcessGroupNCCL over `store` (a c10d::Store*), returned as an owned
   // c10d::Backend* (intrusive_ptr::release()); null when the side has no NCCL.

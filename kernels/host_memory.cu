@@ -28,16 +28,19 @@ void cuda_host_unregister(void* p) {
   if (p && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
-size_t cuda_device_total_bytes(int device) {
+bool cuda_device_memory(int device, size_t* free_bytes, size_t* total_bytes) {
   int previous = 0;
-  size_t free_b = 0, total = 0;
-  if (cudaGetDevice(&previous) != cudaSuccess || (previous != device && cudaSetDevice(device) != cudaSuccess) ||
-      cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+  if (cudaGetDevice(&previous) != cudaSuccess || (previous != device && cudaSetDevice(device) != cudaSuccess)) {
     cudaGetLastError();
-    return 0;
+    return false;
   }
+  const cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
   if (previous != device) cudaSetDevice(previous);
-  return total;
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace bcd

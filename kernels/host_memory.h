@@ -19,7 +19,14 @@ bool cuda_device_usable();
 std::string cuda_host_register(void* p, size_t bytes);
 void cuda_host_unregister(void* p);
 
-// Total memory of CUDA device `device` (cudaMemGetInfo); 0 when no device is usable.
-size_t cuda_device_total_bytes(int device);
+// Free and total memory of CUDA device `device` (cudaMemGetInfo on that device; the current
+// device is left as it was); false when no device is usable.
+bool cuda_device_memory(int device, size_t* free_bytes, size_t* total_bytes);
+
+// Total memory of CUDA device `device`; 0 when no device is usable.
+inline size_t cuda_device_total_bytes(int device) {
+  size_t free_bytes = 0, total_bytes = 0;
+  return cuda_device_memory(device, &free_bytes, &total_bytes) ? total_bytes : 0;
+}
 
 }  // namespace bcd

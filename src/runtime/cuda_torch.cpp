@@ -5,6 +5,7 @@
 #include <array>
 
 #include "kernels/cuda_side.h"
+#include "kernels/host_memory.h"
 
 namespace bcd {
 
@@ -21,9 +22,9 @@ CudaAllocatorPeaks cuda_allocator_peaks(int device) {
 }
 
 std::optional<uint64_t> cuda_device_used_bytes(int device) {
-  uint64_t used = 0;
-  if (!cuda_side().device_used_bytes(device, &used)) return std::nullopt;
-  return used;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!cuda_device_memory(device, &free_bytes, &total_bytes)) return std::nullopt;
+  return static_cast<uint64_t>(total_bytes - free_bytes);
 }
 
 std::string cuda_device_name(int device) { return cuda_side().device_name(device); }

@@ -47,23 +47,6 @@ void cuda_allocator_peaks(int device, uint64_t* allocated, uint64_t* reserved) {
   *reserved = static_cast<uint64_t>(stats.reserved_bytes[kAggregate].peak);
 }
 
-bool cuda_device_used_bytes(int device, uint64_t* bytes) {
-  int current = 0;
-  if (cudaGetDevice(&current) != cudaSuccess || (current != device && cudaSetDevice(device) != cudaSuccess)) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  size_t free = 0, total = 0;
-  const cudaError_t e = cudaMemGetInfo(&free, &total);
-  if (current != device) cudaSetDevice(current);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  *bytes = static_cast<uint64_t>(total - free);
-  return true;
-}
-
 std::string cuda_device_name(int device) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
@@ -80,7 +63,6 @@ void cuda_side_parts::fill_torch(CudaSide& t) {
   t.current_stream = &torch_current_cuda_stream;
   t.cap_allocator = &cap_cuda_allocator;
   t.allocator_peaks = &cuda_allocator_peaks;
-  t.device_used_bytes = &cuda_device_used_bytes;
   t.device_name = &cuda_device_name;
 }
 
