@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <thread>
 
@@ -100,6 +101,11 @@ ProcessGroup::ProcessGroup(int rank, int world_size, std::unique_ptr<Impl> impl)
 
 ProcessGroup::~ProcessGroup() {
   if (!impl_->device.is_cpu()) set_device_wait(nullptr);
+  // Leaving without a failure (not while an error unwinds: a peer may never match what this
+  // rank started): the collectives in flight end first (the last stop flags' sum is never
+  // collected), so that ProcessGroupNCCL's teardown, which aborts its communicators, cuts none
+  // of them short on a peer still inside it.
+  if (impl_->agreed && !impl_->failed && std::uncaught_exceptions() == 0) drain();
 #ifdef BCD_HAVE_C10D
   // Left before agree() finished (this rank's setup failed; it has said why): the others learn it
   // now instead of after dist.timeout_s. Rank 0's store goes with it, which they notice too.
@@ -296,14 +302,15 @@ void ProcessGroup::form_group() {
     // which makes every wait block the host and turns async error handling off). The host waits
     // only where it reads a value, polling against dist.timeout_s (wait_device), and the
     // watchdog, at the timeout plus a margin, aborts a collective that never ends and tears the
-    // process down (async error handling 3, torch's default: also when the host is elsewhere).
+    // process down (async error handling 3, torch's default, left to the user's
+    // TORCH_NCCL_ASYNC_ERROR_HANDLING: also when the host is elsewhere). The polls end sooner when
+    // the watchdog has noted a failure (backend_failed).
     for (const char* blocking : {"TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"})
       if (const char* v = std::getenv(blocking); v && *v && std::string(v) != "0") {
         fmt::print(stderr, "bcdtrain: rank {}: ignoring {}={}: waits on collectives must not block the host\n",
                    env.rank, blocking, v);
         ::unsetenv(blocking);
       }
-    ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", 0);
     try {
       // ProcessGroupNCCL is in LibTorch's CUDA library: the CUDA side (kernels/cuda_side.h) makes it.
       const auto watchdog = std::chrono::duration_cast<std::chrono::milliseconds>(timeout + kWatchdogMargin);

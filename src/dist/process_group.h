@@ -128,11 +128,18 @@ class ProcessGroup {
   uint64_t start_sum(const torch::Tensor& t, int root);
   [[noreturn]] void fail(const std::string& op, const std::exception& e) const;
   // The host waits, polling an event, until the device's current stream has run what was queued
-  // (the collectives it waits for included); past the [dist] timeout fail(op): a dead peer ends
-  // this rank with a message naming it, before NCCL's watchdog (timeout + a margin) tears it
-  // down. No-op on the CPU.
+  // (the collectives it waits for included); past the [dist] timeout, or as soon as NCCL reports
+  // a failed collective (a peer that died), fail(op): a dead peer ends this rank with a message
+  // naming it, before NCCL's watchdog (timeout + a margin) tears it down. No-op on the CPU.
   void wait_device(const char* op) const;
   void wait_event(const c10::Event& e, const char* op) const;  // the same for one event
+  // Whether the backend reports a failure, for the polls (NCCL's; empty for Gloo, whose waits
+  // end by their own timeout).
+  std::function<bool()> backend_failed() const;
+  // When leaving without a failure: the host waits (bounded as wait_device, never failing) until
+  // the collectives in flight, the last stop flags' sum among them, have ended, so that tearing
+  // the communicators down cuts no peer's collective short.
+  void drain() const;
   std::string absent_ranks() const;  // after a failed collective: the ranks that did not fail it too
   // agree()'s two sides: rank 0 gathers and judges (returns the verdict, "" when all agree); the
   // others wait for it.

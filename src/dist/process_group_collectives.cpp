@@ -55,13 +55,20 @@ std::string ProcessGroup::absent_ranks() const {
 
 void ProcessGroup::fail(const std::string& op, const std::exception& e) const {
   const std::string absent = world_size_ > 1 ? absent_ranks() : "";
+  impl_->failed = true;
 #ifdef BCD_HAVE_NCCL
   // A collective that never ends holds its kernels on the GPU: abort the communicators so the
-  // process can leave (ProcessGroupNCCL would otherwise wait for them as it goes).
-  if (impl_->pg && impl_->kind == Backend::kNccl) try {
+  // process can leave (ProcessGroupNCCL would otherwise wait for them as it goes). Then let go of
+  // the group without destroying it: its destructor joins the watchdog, which, having seen the
+  // error, tears the process down (async error handling 3) once its dump pause is over, and
+  // this rank's message would be lost in that. The process leaves long before.
+  if (impl_->pg && impl_->kind == Backend::kNccl) {
+    try {
       impl_->pg->abort();
     } catch (const std::exception&) {
     }
+    (void)impl_->pg.release();
+  }
 #endif
   user_error("rank {} of {}: {} failed (a rank stopped or the [dist] timeout passed){}: {}", rank_, world_size_, op,
              absent.empty() ? "" : "; " + absent, one_line(e));
@@ -143,7 +150,14 @@ void ProcessGroup::all_gather(const torch::Tensor& in, const torch::Tensor& out)
   std::vector<std::vector<at::Tensor>> outs{rank_views(in, out, world_size_)};
   std::vector<at::Tensor> ins{in};
   try {
-    impl_->pg->allgather(outs, ins)->wait();
+    if (impl_->kind == Backend::kNccl) {
+      // Straight into the flat buffer: the list form stages a second buffer of out's size
+      // and copies each rank's part out of it.
+      at::Tensor flat_out = out, flat_in = in;
+      impl_->pg->_allgather_base(flat_out, flat_in)->wait();
+    } else {
+      impl_->pg->allgather(outs, ins)->wait();
+    }
   } catch (const std::exception& e) {
     fail("all-gather", e);
   }
@@ -152,24 +166,59 @@ void ProcessGroup::all_gather(const torch::Tensor& in, const torch::Tensor& out)
 }
 
 namespace {
-// Polls `e` until it has happened (true) or `timeout` has passed (false); never blocks in the
-// device's runtime.
-bool poll_event(const c10::Event& e, std::chrono::milliseconds timeout) {
+enum class Polled { kDone, kTimedOut, kBackendFailed };
+
+// Polls `e` until it has happened, `timeout` has passed or `failed` (when given) says the
+// backend has failed; never blocks in the device's runtime.
+Polled poll_event(const c10::Event& e, std::chrono::milliseconds timeout, const std::function<bool()>& failed) {
   const auto t0 = Clock::now();
   auto pause = std::chrono::microseconds(20);
   while (!e.query()) {
-    if (Clock::now() - t0 > timeout) return false;
+    if (failed && failed()) return Polled::kBackendFailed;
+    if (Clock::now() - t0 > timeout) return Polled::kTimedOut;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(2000));
   }
-  return true;
+  return Polled::kDone;
 }
 }  // namespace
 
+std::function<bool()> ProcessGroup::backend_failed() const {
+#ifdef BCD_HAVE_NCCL
+  // ProcessGroupNCCL's watchdog notes a communicator's error (a peer that died, NCCL's own
+  // failure) or a collective past its timeout at once; the host need not wait out its own.
+  if (impl_->pg && impl_->kind == Backend::kNccl) {
+    c10d::Backend* pg = impl_->pg.get();
+    return [pg] {
+      try {
+        return pg->getError() != c10d::ErrorType::SUCCESS;
+      } catch (const std::exception&) {
+        return false;
+      }
+    };
+  }
+#endif
+  return {};
+}
+
 void ProcessGroup::wait_event(const c10::Event& e, const char* op) const {
-  if (!poll_event(e, impl_->timeout))
-    fail(op, std::runtime_error(fmt::format("the device had not finished it after {} s ([dist] timeout_s)",
-                                            impl_->timeout.count() / 1000)));
+  switch (poll_event(e, impl_->timeout, backend_failed())) {
+    case Polled::kDone: return;
+    case Polled::kTimedOut:
+      fail(op, std::runtime_error(fmt::format("the device had not finished it after {} s ([dist] timeout_s)",
+                                              impl_->timeout.count() / 1000)));
+    case Polled::kBackendFailed:
+      fail(op, std::runtime_error("NCCL reported a failed or timed-out collective"));
+  }
+}
+
+void ProcessGroup::drain() const {
+  const torch::Device& dev = impl_->device;
+  if (dev.is_cpu() || world_size_ == 1) return;
+  const c10::impl::VirtualGuardImpl guard(dev.type());
+  c10::Event done(dev.type());
+  done.record(guard.getStream(dev));
+  (void)poll_event(done, impl_->timeout, backend_failed());
 }
 
 void ProcessGroup::wait_device(const char* op) const {
@@ -183,7 +232,10 @@ void ProcessGroup::wait_device(const char* op) const {
 
 std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {
   if (world_size_ == 1 || values.empty()) return values;
-  torch::Tensor t = torch::tensor(values, torch::kFloat64).to(impl_->device);
+  torch::Tensor t = torch::tensor(values, torch::kFloat64);
+  // A copy from pageable memory would block the host until the device's queue drains, without
+  // the bound the poll below keeps.
+  if (!impl_->device.is_cpu()) t = t.pin_memory().to(impl_->device, /*non_blocking=*/true);
   wait_for(start_all_reduce_sum(t));
   wait_device("all-reduce");
   t = t.cpu();

@@ -72,6 +72,7 @@ struct ProcessGroup::Impl {
   torch::Device device = torch::kCPU;  // where the backend wants tensors (NCCL: this rank's GPU)
   std::string backend = "none";
   bool agreed = false;                 // agree() ran to its end (either way): nothing to tell when leaving
+  bool failed = false;                 // a collective failed (fail()): nothing to drain when leaving
   DistEnv env;
   Backend kind = Backend::kGloo;       // resolved: gloo or nccl
   torch::Device model_device = torch::kCPU;
