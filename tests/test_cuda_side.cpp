@@ -69,6 +69,16 @@ TEST(CudaSide, LoadedLateItRegistersCudaWithLibTorch) {
   // here by their types (the side keeps its own copy of base/error.cpp).
   EXPECT_THROW(side.adamw_step(nullptr, nullptr, false, nullptr, nullptr, -1, AdamWHyper{}, nullptr, nullptr),
                InternalError);
+  // train.tf32 sets LibTorch's legacy and per-backend matmul precisions together: a reader of the
+  // flag (TunableOp's) threw when only the new one was set.
+  TrainConfig tf32;
+  tf32.tf32 = true;
+  configure_compute(tf32, 1);
+  EXPECT_TRUE(at::globalContext().allowTF32CuBLAS());
+  EXPECT_EQ(at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL),
+            at::Float32Precision::TF32);
+  configure_compute(TrainConfig{}, 1);
+  EXPECT_FALSE(at::globalContext().allowTF32CuBLAS());
   if (!torch::cuda::is_available()) {
     EXPECT_THROW(side.cap_allocator(0, 1ull << 30), UserError);  // no device to read the size of
     return;  // the rest needs a GPU

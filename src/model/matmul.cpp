@@ -195,8 +195,13 @@ void add_product_in_fp32(const torch::Tensor& sum, const torch::Tensor& a, const
       at::addmm_out(const_cast<torch::Tensor&>(sum), sum, a, b, torch::kFloat32);
       known.store(1, std::memory_order_relaxed);
       return;
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
     } catch (const c10::Error& e) {
-      if (known.load(std::memory_order_relaxed) == 1) throw;  // it worked before: a real failure
+      // Only the refusal of the fp32 addend (early releases wanted it in the matrices' dtype);
+      // anything else, or after it worked, is a real failure.
+      const std::string what = e.what_without_backtrace();
+      if (known.load(std::memory_order_relaxed) == 1 || what.find("dtype") == std::string::npos) throw;
       known.store(0, std::memory_order_relaxed);
       fmt::print(stderr, "bcdtrain: warning: this LibTorch's fp32-output product does not add into an fp32 sum ({}); "
                          "the product is written in fp32, then added\n", e.what_without_backtrace());

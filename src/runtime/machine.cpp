@@ -1,8 +1,6 @@
 // The machine a rank runs on: device, threads, memory share.
 #include "runtime/machine.h"
 
-#include <torch/version.h>
-
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -100,13 +98,10 @@ void configure_threads(int64_t threads, int local_ranks) {
 void configure_compute(const TrainConfig& tc, int local_ranks) {
   configure_threads(tc.threads, local_ranks);
   set_cpu_matmul(tc.cpu_matmul);
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
-  // (The per-backend precision API; the allow_tf32 flags it replaced warn that they are deprecated.)
-  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL,
-                                          tc.tf32 ? at::Float32Precision::TF32 : at::Float32Precision::IEEE);
-#else
+  // The allow_tf32 flag sets LibTorch's legacy matmul precision and its per-backend one together
+  // (2.9's setFloat32Precision alone leaves the legacy one at "highest", and a reader of the
+  // flag, such as TunableOp, then throws that the two APIs were mixed).
   at::globalContext().setAllowTF32CuBLAS(tc.tf32);
-#endif
 }
 
 }  // namespace bcd
