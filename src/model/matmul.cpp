@@ -140,14 +140,6 @@ struct LinearIntoGradSum : public torch::autograd::Function<LinearIntoGradSum> {
   }
 };
 
-// Whether this LibTorch's CUDA product takes an fp32 `self` with bf16/fp16 matrices
-// (aten::addmm.dtype; early releases wanted self in the matrices' dtype): learnt at the first
-// product, and the fallback (an fp32-output product, then an fp32 add) said once.
-std::atomic<int>& fp32_self_product() {
-  static std::atomic<int> known{-1};  // -1 not yet tried, 0 no, 1 yes
-  return known;
-}
-
 }  // namespace
 
 void set_cpu_matmul(CpuMatmul choice) { onednn_flag().store(resolve(choice), std::memory_order_relaxed); }
@@ -180,34 +172,13 @@ void gemm_addmm(const torch::Tensor& out, const torch::Tensor& a, const torch::T
   onednn_gemm(a, b, out, 1.0f);
 }
 
-void add_product_in_fp32(const torch::Tensor& sum, const torch::Tensor& a, const torch::Tensor& b) {
+void add_product_in_fp32(torch::Tensor sum, const torch::Tensor& a, const torch::Tensor& b) {
   BCD_CHECK(sum.scalar_type() == torch::kFloat32 && a.scalar_type() == b.scalar_type() && a.dim() == 2 &&
                 b.dim() == 2 && a.size(1) == b.size(0) && sum.size(0) == a.size(0) && sum.size(1) == b.size(1),
             "add_product_in_fp32: ({}) {} += ({}) x ({}) {}", shape_of(sum), c10::toString(sum.scalar_type()),
             shape_of(a), shape_of(b), c10::toString(a.scalar_type()));
-  if (!a.is_cuda()) {
-    sum.add_(gemm_mm(a, b));
-    return;
-  }
-  std::atomic<int>& known = fp32_self_product();
-  if (known.load(std::memory_order_relaxed) != 0) {
-    try {
-      at::addmm_out(const_cast<torch::Tensor&>(sum), sum, a, b, torch::kFloat32);
-      known.store(1, std::memory_order_relaxed);
-      return;
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
-    } catch (const c10::Error& e) {
-      // Only the refusal of the fp32 addend (early releases wanted it in the matrices' dtype);
-      // anything else, or after it worked, is a real failure.
-      const std::string what = e.what_without_backtrace();
-      if (known.load(std::memory_order_relaxed) == 1 || what.find("dtype") == std::string::npos) throw;
-      known.store(0, std::memory_order_relaxed);
-      fmt::print(stderr, "bcdtrain: warning: this LibTorch's fp32-output product does not add into an fp32 sum ({}); "
-                         "the product is written in fp32, then added\n", e.what_without_backtrace());
-    }
-  }
-  sum.add_(at::mm(a, b, torch::kFloat32));
+  if (a.is_cuda()) at::addmm_out(sum, sum, a, b, torch::kFloat32);  // an fp32 addend, as 2.11 takes
+  else sum.add_(gemm_mm(a, b));
 }
 
 torch::Tensor linear_into_grad_sum(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,

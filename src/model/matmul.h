@@ -37,7 +37,7 @@ void gemm_addmm(const torch::Tensor& out, const torch::Tensor& a, const torch::T
 // fp32 accumulators straight into `sum` (aten::addmm.dtype): the product is never rounded to the
 // working dtype. LibTorch's CPU has no such product: there the working-dtype product, rounded
 // once, is added (what autograd's gradient plus an fp32 sum of it computed). No autograd.
-void add_product_in_fp32(const torch::Tensor& sum, const torch::Tensor& a, const torch::Tensor& b);
+void add_product_in_fp32(torch::Tensor sum, const torch::Tensor& a, const torch::Tensor& b);
 
 // x (..., in) times w (out, in) transposed, plus b (out) when defined, as gemm_linear computes it;
 // under autograd w's gradient is not returned but added into `w_grad_sum` (fp32, w's shape: its
