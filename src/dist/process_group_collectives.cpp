@@ -181,6 +181,14 @@ Polled poll_event(const c10::Event& e, std::chrono::milliseconds timeout, const 
   }
   return Polled::kDone;
 }
+
+// An event recorded on `dev`'s current (compute) stream: it happens when what is queued there has run.
+c10::Event device_mark(const torch::Device& dev) {
+  const c10::impl::VirtualGuardImpl guard(dev.type());
+  c10::Event done(dev.type());
+  done.record(guard.getStream(dev));
+  return done;
+}
 }  // namespace
 
 std::function<bool()> ProcessGroup::backend_failed() const {
@@ -215,19 +223,13 @@ void ProcessGroup::wait_event(const c10::Event& e, const char* op) const {
 void ProcessGroup::drain() const {
   const torch::Device& dev = impl_->device;
   if (dev.is_cpu() || world_size_ == 1) return;
-  const c10::impl::VirtualGuardImpl guard(dev.type());
-  c10::Event done(dev.type());
-  done.record(guard.getStream(dev));
-  (void)poll_event(done, impl_->timeout, backend_failed());
+  (void)poll_event(device_mark(dev), impl_->timeout, backend_failed());
 }
 
 void ProcessGroup::wait_device(const char* op) const {
   const torch::Device& dev = impl_->device;
   if (dev.is_cpu()) return;
-  const c10::impl::VirtualGuardImpl guard(dev.type());
-  c10::Event done(dev.type());
-  done.record(guard.getStream(dev));
-  wait_event(done, op);
+  wait_event(device_mark(dev), op);
 }
 
 std::vector<double> ProcessGroup::sum_over_ranks(std::vector<double> values) {
@@ -262,9 +264,7 @@ void ProcessGroup::start_lagged_sum(const std::vector<double>& values) {
   wait_for(l.ticket);      // a GPU's queue waits for the collective, the host does not
   l.host_out = torch::empty(l.dev.sizes(), torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(true));
   l.host_out.copy_(l.dev, /*non_blocking=*/true);
-  const c10::impl::VirtualGuardImpl guard(dev.type());
-  l.copied.emplace(dev.type());
-  l.copied->record(guard.getStream(dev));
+  l.copied.emplace(device_mark(dev));
 }
 
 std::optional<std::vector<double>> ProcessGroup::collect_lagged_sum() {
