@@ -4,39 +4,17 @@
 
 #include <cmath>
 
-#include "data/batch.h"
 #include "model/llama.h"
-#include "model/matmul.h"
 #include "base/error.h"
+#include "model_test_helpers.h"
 #include "test_util.h"
 
 namespace bcd {
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig m;
-  m.vocab_size = 37;
-  m.d_model = 16;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.d_ff = 24;
-  m.max_seq_len = 32;
-  m.init_std = 0.2;  // large enough that every path matters in the checks below
-  return m;
-}
-
-torch::Tensor random_tokens(int64_t b, int64_t t, int64_t v, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randint(v, {b, t}, torch::kInt64);
-}
-
-// Makes norms and biases non-trivial too, so the gradient checks exercise them.
-void perturb_all(LlamaModel& m, uint64_t seed) {
-  torch::NoGradGuard ng;
-  torch::manual_seed(seed);
-  for (Block& b : m.blocks()) b.data().add_(torch::randn_like(b.data()) * 0.1);
-}
+using test::perturb_all;
+using test::random_tokens;
+using test::tiny_config;
 
 TEST(Model, BlocksAreEmbedLayersHead) {
   LlamaModel m(tiny_config());
@@ -479,158 +457,6 @@ TEST(Model, InitIsAPureFunctionOfTheSeed) {
   for (int i = 0; i < a.n_blocks(); ++i) EXPECT_TRUE(torch::equal(a.block(i).data(), b.block(i).data()));
   b.init_weights(8);
   EXPECT_FALSE(torch::equal(a.block(1).data(), b.block(1).data()));
-}
-
-
-// ---- The model's matrix products (model/matmul.h) ----
-
-// Restores the process-wide GEMM choice a test changes.
-struct CpuMatmulScope {
-  bool was = cpu_matmul_is_onednn();
-  explicit CpuMatmulScope(CpuMatmul c) { set_cpu_matmul(c); }
-  ~CpuMatmulScope() { set_cpu_matmul(was ? CpuMatmul::kOneDnn : CpuMatmul::kBlas); }
-};
-
-// linear through oneDNN gives torch's linear within fp32 rounding, forward and every gradient,
-// and computes no gradient nobody wants: a frozen weight gets none, a frozen input none either.
-TEST(Matmul, OneDnnLinearMatchesTorchLinearAndItsGradients) {
-  const CpuMatmulScope scope(CpuMatmul::kOneDnn);
-  ASSERT_TRUE(cpu_matmul_is_onednn());
-  torch::manual_seed(3);
-  for (const bool x_grad : {true, false})
-    for (const bool w_grad : {true, false})
-      for (const bool bias : {false, true}) {
-        SCOPED_TRACE(fmt::format("x_grad {} w_grad {} bias {}", x_grad, w_grad, bias));
-        const torch::Tensor x0 = torch::randn({3, 37, 96}), w0 = torch::randn({80, 96}) * 0.1, b0 = torch::randn({80});
-        const torch::Tensor g = torch::randn({3, 37, 80});
-        auto run = [&](bool ours) {
-          torch::Tensor x = x0.clone().requires_grad_(x_grad), w = w0.clone().requires_grad_(w_grad),
-                        b = bias ? b0.clone().requires_grad_(true) : torch::Tensor();
-          torch::Tensor y = ours ? gemm_linear(x, w, b) : (bias ? torch::nn::functional::linear(x, w, b)
-                                                                : torch::nn::functional::linear(x, w));
-          if (x_grad || w_grad || bias) (y * g).sum().backward();
-          return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad(), bias ? b.grad() : torch::Tensor()};
-        };
-        const auto ours = run(true), ref = run(false);
-        for (size_t i = 0; i < ours.size(); ++i) {
-          ASSERT_EQ(ours[i].defined(), ref[i].defined()) << "output " << i;
-          if (ours[i].defined()) {
-            EXPECT_TRUE(torch::allclose(ours[i], ref[i], 1e-5, 1e-4)) << "output " << i;
-          }
-        }
-      }
-}
-
-// The head's products: transposed operands read in place, an accumulation into a sum, an empty
-// inner dimension.
-TEST(Matmul, OneDnnProductsMatchTorch) {
-  const CpuMatmulScope scope(CpuMatmul::kOneDnn);
-  torch::manual_seed(4);
-  const torch::Tensor a = torch::randn({70, 33}), b = torch::randn({50, 33});
-  EXPECT_TRUE(torch::allclose(gemm_mm(a, b.t()), torch::mm(a, b.t()), 1e-5, 1e-4));
-  const torch::Tensor sum = torch::randn({33, 50}), c = torch::randn({70, 50});
-  torch::Tensor acc = sum.clone();
-  gemm_addmm(acc, a.t(), c);
-  EXPECT_TRUE(torch::allclose(acc, sum + torch::mm(a.t(), c), 1e-5, 1e-4));
-  torch::Tensor zero_k = torch::ones({4, 5});
-  gemm_addmm(zero_k, torch::empty({4, 0}), torch::empty({0, 5}));
-  EXPECT_TRUE(torch::equal(zero_k, torch::ones({4, 5})));
-  EXPECT_TRUE(torch::equal(gemm_mm(torch::empty({4, 0}), torch::empty({0, 5})), torch::zeros({4, 5})));
-}
-
-// The choice changes rounding only: a model's loss and gradients agree across the two GEMMs.
-TEST(Matmul, ModelLossAgreesAcrossGemmChoices) {
-  const ModelConfig mc = tiny_config();
-  auto loss_and_grad = [&](CpuMatmul c) {
-    const CpuMatmulScope scope(c);
-    LlamaModel m(mc);
-    m.init_weights(5);
-    m.set_trainable(true);
-    torch::Tensor loss = m.loss(random_tokens(2, 17, mc.vocab_size, 6));
-    loss.backward();
-    std::vector<torch::Tensor> grads;
-    for (Block& b : m.blocks()) grads.push_back(b.grad().clone());
-    return std::make_pair(loss.item<double>(), grads);
-  };
-  const auto [la, ga] = loss_and_grad(CpuMatmul::kOneDnn);
-  const auto [lb, gb] = loss_and_grad(CpuMatmul::kBlas);
-  EXPECT_NEAR(la, lb, 1e-5 * std::abs(lb));
-  for (size_t i = 0; i < ga.size(); ++i) EXPECT_TRUE(torch::allclose(ga[i], gb[i], 1e-4, 1e-5)) << "block " << i;
-}
-
-// ---- A reduced-precision layer's matrices sum their gradients in fp32 ----
-
-struct StepGrads {
-  std::vector<torch::Tensor> sums;      // each block's grad() after the step's micro-batches
-  std::vector<torch::Tensor> autograd;  // each block's autograd buffer after the last backward
-};
-
-// One step of `micro` micro-batches the trainer's way: each loss over micro, backpropagated, then
-// the autograd buffers into the fp32 sums.
-StepGrads step_grads(LlamaModel& m, const torch::Tensor& tokens, int micro, bool into_blocks, int grad_from) {
-  m.zero_grad();
-  StepGrads out;
-  for (int i = 0; i < micro; ++i) {
-    Batch b;
-    b.tokens = tokens.narrow(0, i * tokens.size(0) / micro, tokens.size(0) / micro);
-    m.loss(b, grad_from, {}, LlamaModel::LossOptions{1.0 / micro, into_blocks}).backward();
-    if (i == micro - 1)
-      for (Block& blk : m.blocks()) out.autograd.push_back(blk.trainable() ? blk.autograd_grad().cpu().clone() : torch::Tensor());
-    m.accumulate_grads();
-  }
-  for (Block& blk : m.blocks()) out.sums.push_back(blk.trainable() ? blk.grad().cpu().clone() : torch::Tensor());
-  return out;
-}
-
-// With grad_into_blocks (the trainer's pass) a bf16 layer's matrices add their weight gradients
-// into the block's fp32 sum in backward, one product each, with or without activation
-// checkpointing and with biases: autograd's bf16 buffer reads zero over them (the norms' and the
-// biases' still go through it). On the CPU the product is autograd's own, so every layer's sum is
-// bitwise autograd's summed in fp32; on a GPU it is the fp32-output tensor-core product, within
-// bf16 rounding of autograd's (whose every micro-batch's product was rounded to bf16).
-void expect_layer_matrices_summed_in_fp32(torch::Device device) {
-  for (bool ckpt : {false, true}) {
-    SCOPED_TRACE(ckpt ? "checkpointed" : "not checkpointed");
-    ModelConfig cfg = tiny_config();
-    cfg.qkv_bias = true;
-    cfg.activation_checkpointing = ckpt;
-    LlamaModel m(cfg, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
-    m.init_weights(61);
-    perturb_all(m, 62);
-    for (int i = 1; i < m.n_blocks(); ++i) m.block(i).set_trainable(true);  // the layers and the head
-    const torch::Tensor tokens = random_tokens(4, 9, cfg.vocab_size, 63);
-    const StepGrads want = step_grads(m, tokens, 2, /*into_blocks=*/false, 1);
-    const StepGrads got = step_grads(m, tokens, 2, /*into_blocks=*/true, 1);
-    for (int i = 1; i < m.n_blocks() - 1; ++i) {
-      const Block& b = m.block(i);
-      ASSERT_EQ(got.sums[i].scalar_type(), torch::kFloat32);
-      for (const ParamSlot& s : b.slots()) {
-        const torch::Tensor a = got.autograd[i].narrow(0, s.offset, s.numel());
-        const torch::Tensor w = want.autograd[i].narrow(0, s.offset, s.numel());
-        if (s.shape.size() == 2) {
-          EXPECT_EQ(a.abs().max().item<double>(), 0.0) << b.name() << "." << s.name << " went through autograd";
-        } else {
-          EXPECT_TRUE(torch::equal(a, w)) << b.name() << "." << s.name;
-          EXPECT_GT(a.abs().max().item<double>(), 0.0) << b.name() << "." << s.name;
-        }
-      }
-      if (device.is_cpu()) {
-        EXPECT_TRUE(torch::equal(got.sums[i], want.sums[i])) << b.name();
-      } else {
-        const double scale = want.sums[i].abs().max().item<double>();
-        EXPECT_LE((got.sums[i] - want.sums[i]).abs().max().item<double>(), 1e-2 * scale) << b.name();
-      }
-      EXPECT_GT(got.sums[i].abs().max().item<double>(), 0.0) << b.name();
-    }
-  }
-}
-
-TEST(Model, Bf16LayerMatricesSumTheirGradientsInFp32) { expect_layer_matrices_summed_in_fp32(torch::kCPU); }
-
-TEST(CudaModel, Bf16LayerMatricesSumTheirGradientsInFp32OnTheGpu) {
-  if (!torch::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device: the fp32-output bf16 product (aten::addmm.dtype) is CUDA's";
-  expect_layer_matrices_summed_in_fp32(torch::kCUDA);
 }
 
 }  // namespace
