@@ -23,6 +23,7 @@
 #include "model/safetensors.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "model_test_helpers.h"
 #include "test_util.h"
 
 namespace bcd::hf_test {
@@ -45,20 +46,13 @@ inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 inline const Variant kVariants[] = {{"llama", "llama", false}, {"llama_tied", "llama", true}, {"qwen2", "qwen2", false},
                                     {"mistral", "mistral", false}};
 
+// The model tests' small model (model_test_helpers.h) in the variant's family.
 inline ModelConfig tiny(const Variant& v) {
-  ModelConfig m;
-  m.vocab_size = 37;
-  m.d_model = 16;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.d_ff = 24;
-  m.max_seq_len = 32;
+  ModelConfig m = test::tiny_config();
   m.norm_eps = 1e-6;
   m.rope_theta = v.model_type == "qwen2" ? 1e6 : 10000.0;
   m.qkv_bias = v.model_type == "qwen2";
   m.tie_embeddings = v.tie;
-  m.init_std = 0.2;
   return m;
 }
 
