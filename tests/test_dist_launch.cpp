@@ -290,7 +290,9 @@ TEST_F(DistGroup, KubeflowPetStyleVariablesFormAGroup) {
 
 // torchrun's agent serves the store (here a TCPStore of this test in its place): every rank, rank 0
 // too, joins it as a client (a rank 0 that listened on the port would fail: it is taken), and a
-// restarted attempt agrees again on the same store, its keys apart from the earlier attempt's.
+// restarted attempt agrees again on the same store, its keys apart from the earlier attempt's. The
+// NCCL watchdog's signals an earlier attempt left beneath every prefix are gone once it agreed
+// (they would make the new attempt's heartbeat monitor abort it); other keys stay.
 TEST_F(DistGroup, RanksJoinTheAgentsStoreAndEachAttemptAgreesAnew) {
 #ifdef BCD_HAVE_GLOO
   c10d::TCPStoreOptions so;
@@ -306,7 +308,12 @@ TEST_F(DistGroup, RanksJoinTheAgentsStoreAndEachAttemptAgreesAnew) {
                    {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
                    {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", attempt}});
     SCOPED_TRACE(std::string("attempt ") + attempt);
+    const std::vector<uint8_t> rank_one = {1, 0, 0, 0};  // what the watchdog stores: the signalling rank
+    for (const char* key : {"exception_dump", "remote_error", "someone/else"}) agent->set(key, rank_one);
     expect_group_forms(v);
+    EXPECT_FALSE(agent->check({"exception_dump"}));
+    EXPECT_FALSE(agent->check({"remote_error"}));
+    EXPECT_TRUE(agent->check({"someone/else"}));
   }
 #endif
 }

@@ -11,6 +11,11 @@ namespace bcd {
 
 namespace {
 
+constexpr bool same_text(const char* a, const char* b) { return *a == *b && (*a == '\0' || same_text(a + 1, b + 1)); }
+// dist/process_group.cpp deletes these keys, left by an earlier attempt, under their names.
+static_assert(same_text(c10d::kStoreDumpKey, "exception_dump") && same_text(c10d::kStoreErrorSignalKey, "remote_error"),
+              "ProcessGroupNCCL's signal keys changed: update kNcclSignalKeys in dist/process_group.cpp");
+
 // A ProcessGroupNCCL over `store` (a c10d::Store*, shared), its collectives bounded by `timeout_ms`
 // (the watchdog's): an owned c10d::Backend*. c10's errors propagate to the caller.
 void* nccl_backend(void* store, int rank, int size, int64_t timeout_ms) {

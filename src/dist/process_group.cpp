@@ -35,6 +35,14 @@ constexpr const char* kStoreGone =
     "rank 0, which serves the rendezvous store, stopped before the ranks compared their runs (see its error); no "
     "rank starts";
 
+// The keys ProcessGroupNCCL's watchdog signals its peers through (torch 2.11's kStoreDumpKey and
+// kStoreErrorSignalKey; dist/nccl_side.cpp checks the names against its header). It sets them in
+// the store beneath every prefix, so under torchrun, whose agent keeps that store across restarts,
+// an earlier attempt's signal outlives it: the new attempt's heartbeat monitor finds it the first
+// time its collectives are idle, dumps, waits TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC and aborts the
+// process. Rank 0 deletes them while agreeing, before any rank's group exists.
+constexpr const char* kNcclSignalKeys[] = {"exception_dump", "remote_error"};
+
 // Facts as bytes for the store, lengths first (values may hold any byte: a path with a newline).
 std::string encode_facts(const RankFacts& facts) {
   std::string out;
@@ -250,6 +258,7 @@ std::string ProcessGroup::judge_facts() {
                 "data, checkpoint and binary): " + diff;
     }
   }
+  if (impl_->env.agent_store) clear_earlier_signals();
   store.set(kVerdict, as_bytes(verdict.empty() ? "ok" : "!" + verdict));
   if (!verdict.empty()) {
     // The store leaves with this process: wait (a little) until the others have read the verdict.
@@ -260,6 +269,17 @@ std::string ProcessGroup::judge_facts() {
   return verdict;
 #else
   return "";
+#endif
+}
+
+void ProcessGroup::clear_earlier_signals() {
+#ifdef BCD_HAVE_C10D
+  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(impl_->store.get());
+  const c10::intrusive_ptr<c10d::Store> global = prefixed ? prefixed->getUnderlyingNonPrefixStore() : impl_->store;
+  for (const char* key : kNcclSignalKeys)
+    if (global->deleteKey(key))
+      fmt::print(stderr, "bcdtrain: rank 0: removed the NCCL watchdog's \"{}\" signal an earlier attempt left in "
+                 "torchrun's store\n", key);
 #endif
 }
 

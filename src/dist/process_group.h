@@ -145,6 +145,7 @@ class ProcessGroup {
   // others wait for it.
   std::string judge_facts();
   std::string await_verdict();
+  void clear_earlier_signals();  // rank 0, torchrun's store: an earlier attempt's NCCL signals
   void form_group();
 
   int rank_ = 0, world_size_ = 1;
