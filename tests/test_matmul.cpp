@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "base/config.h"
+#include "base/model_shape.h"
 #include "data/batch.h"
 #include "model/llama.h"
 #include "model/matmul.h"
@@ -96,8 +99,10 @@ TEST(Matmul, ModelLossAgreesAcrossGemmChoices) {
 // ---- A reduced-precision layer's matrices sum their gradients in fp32 ----
 
 struct StepGrads {
-  std::vector<torch::Tensor> sums;      // each block's grad() after the step's micro-batches
-  std::vector<torch::Tensor> autograd;  // each block's autograd buffer after the last backward
+  std::vector<torch::Tensor> sums;  // each block's grad() after the step's micro-batches
+  // each block's autograd buffer after the last backward, whole and per slot (undefined: none)
+  std::vector<torch::Tensor> autograd;
+  std::vector<std::map<std::string, torch::Tensor>> autograd_of;
 };
 
 // One step of `micro` micro-batches the trainer's way: each loss over micro, backpropagated, then
@@ -110,19 +115,32 @@ StepGrads step_grads(LlamaModel& m, const torch::Tensor& tokens, int micro, bool
     b.tokens = tokens.narrow(0, i * tokens.size(0) / micro, tokens.size(0) / micro);
     m.loss(b, grad_from, {}, LlamaModel::LossOptions{1.0 / micro, into_blocks}).backward();
     if (i == micro - 1)
-      for (Block& blk : m.blocks()) out.autograd.push_back(blk.trainable() ? blk.autograd_grad().cpu().clone() : torch::Tensor());
+      for (Block& blk : m.blocks()) {
+        out.autograd.push_back(blk.trainable() ? blk.autograd_grad().cpu().clone() : torch::Tensor());
+        std::map<std::string, torch::Tensor> of;
+        for (const ParamSlot& s : blk.slots()) {
+          const torch::Tensor g = blk.autograd_grad_of(s.name);
+          of[s.name] = g.defined() ? g.cpu().clone() : g;
+        }
+        out.autograd_of.push_back(of);
+      }
     m.accumulate_grads();
   }
   for (Block& blk : m.blocks()) out.sums.push_back(blk.trainable() ? blk.grad().cpu().clone() : torch::Tensor());
   return out;
 }
 
+void set_layers_and_head_trainable(LlamaModel& m, bool on) {
+  for (int i = 1; i < m.n_blocks(); ++i) m.block(i).set_trainable(on);
+}
+
 // With grad_into_blocks (the trainer's pass) a bf16 layer's matrices add their weight gradients
 // into the block's fp32 sum in backward, one product each, with or without activation
-// checkpointing and with biases: autograd's bf16 buffer reads zero over them (the norms' and the
-// biases' still go through it). On the CPU the product is autograd's own, so every layer's sum is
-// bitwise autograd's summed in fp32; on a GPU it is the fp32-output tensor-core product, within
-// bf16 rounding of autograd's (whose every micro-batch's product was rounded to bf16).
+// checkpointing and with biases; with direct sums (the trainer's model) autograd's bf16 buffer
+// holds the norms' and the biases' gradients only, which it fills as before. On the CPU the
+// product is autograd's own, so every layer's sum is bitwise autograd's summed in fp32; on a GPU
+// it is the fp32-output tensor-core product, within bf16 rounding of autograd's (whose every
+// micro-batch's product was rounded to bf16).
 void expect_layer_matrices_summed_in_fp32(torch::Device device) {
   for (bool ckpt : {false, true}) {
     SCOPED_TRACE(ckpt ? "checkpointed" : "not checkpointed");
@@ -132,23 +150,33 @@ void expect_layer_matrices_summed_in_fp32(torch::Device device) {
     LlamaModel m(cfg, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
     m.init_weights(61);
     perturb_all(m, 62);
-    for (int i = 1; i < m.n_blocks(); ++i) m.block(i).set_trainable(true);  // the layers and the head
     const torch::Tensor tokens = random_tokens(4, 9, cfg.vocab_size, 63);
+    set_layers_and_head_trainable(m, true);
     const StepGrads want = step_grads(m, tokens, 2, /*into_blocks=*/false, 1);
+    set_layers_and_head_trainable(m, false);
+    m.set_direct_sums(true);
+    set_layers_and_head_trainable(m, true);
     const StepGrads got = step_grads(m, tokens, 2, /*into_blocks=*/true, 1);
-    for (int i = 1; i < m.n_blocks() - 1; ++i) {
+    for (int i = 1; i < m.n_blocks(); ++i) {
       const Block& b = m.block(i);
       ASSERT_EQ(got.sums[i].scalar_type(), torch::kFloat32);
+      int64_t autograd_elems = 0;
       for (const ParamSlot& s : b.slots()) {
-        const torch::Tensor a = got.autograd[i].narrow(0, s.offset, s.numel());
-        const torch::Tensor w = want.autograd[i].narrow(0, s.offset, s.numel());
+        const torch::Tensor& a = got.autograd_of[i].at(s.name);
         if (s.shape.size() == 2) {
-          EXPECT_EQ(a.abs().max().item<double>(), 0.0) << b.name() << "." << s.name << " went through autograd";
+          EXPECT_FALSE(a.defined()) << b.name() << "." << s.name << " has an autograd buffer";
+          ASSERT_TRUE(want.autograd_of[i].at(s.name).defined()) << b.name() << "." << s.name;
         } else {
-          EXPECT_TRUE(torch::equal(a, w)) << b.name() << "." << s.name;
+          autograd_elems += s.numel();
+          ASSERT_TRUE(a.defined()) << b.name() << "." << s.name;
+          EXPECT_TRUE(torch::equal(a, want.autograd_of[i].at(s.name))) << b.name() << "." << s.name;
           EXPECT_GT(a.abs().max().item<double>(), 0.0) << b.name() << "." << s.name;
         }
       }
+      // The buffer is those slots and nothing else (the whole window before).
+      EXPECT_EQ(got.autograd[i].numel(), autograd_elems) << b.name();
+      EXPECT_EQ(want.autograd[i].numel(), b.numel()) << b.name();
+      if (i == m.n_blocks() - 1) continue;  // the head's product differs without grad_into_blocks
       if (device.is_cpu()) {
         EXPECT_TRUE(torch::equal(got.sums[i], want.sums[i])) << b.name();
       } else {
@@ -158,6 +186,54 @@ void expect_layer_matrices_summed_in_fp32(torch::Device device) {
       EXPECT_GT(got.sums[i].abs().max().item<double>(), 0.0) << b.name();
     }
   }
+}
+
+// With direct sums every gradient pass must be the trainer's: a pass without grad_into_blocks
+// gives the matrices gradients autograd's buffer has no room for, and the sum would miss them.
+TEST(Matmul, DirectSumsRefuseAPassThatIsNotTheTrainers) {
+  LlamaModel m(tiny_config(), torch::TensorOptions().dtype(torch::kBFloat16));
+  m.init_weights(64);
+  m.set_direct_sums(true);
+  set_layers_and_head_trainable(m, true);
+  m.loss(random_tokens(2, 9, tiny_config().vocab_size, 65), 1).backward();
+  try {
+    m.accumulate_grads();
+    FAIL() << "a pass without grad_into_blocks was summed";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("grad_into_blocks"), std::string::npos) << e.what();
+  }
+}
+
+// What each unit's gradient buffers hold in the trainer's model (direct sums, bf16) is what the
+// planner counts for it (base/model_shape.h: UnitShape::autograd_elems): the fp32 sum over the
+// window and autograd's bf16 buffer over the slots it fills, for whole blocks, attention/MLP
+// halves, vocabulary slices, tied and untied, with biases.
+TEST(Matmul, DirectSumsHoldWhatThePlannerCounts) {
+  for (const bool tied : {false, true})
+    for (const int64_t slices : {1, 3})
+      for (const BlockKind kind : {BlockKind::kLayer, BlockKind::kAttnMlp}) {
+        SCOPED_TRACE(fmt::format("tied {}, {} vocabulary slices, {}", tied, slices,
+                                 kind == BlockKind::kLayer ? "layers" : "halves"));
+        ModelConfig cfg = tiny_config();
+        cfg.tie_embeddings = tied;
+        cfg.qkv_bias = true;
+        BcdConfig bcd;
+        bcd.enabled = true;
+        bcd.blocks = kind;
+        bcd.vocab_slices = slices;
+        LlamaModel m(cfg, torch::TensorOptions().dtype(torch::kBFloat16));
+        m.set_direct_sums(true);
+        int64_t matrices_left_out = 0;
+        for (const UnitShape& u : unit_shapes(cfg, bcd)) {
+          int64_t bytes = 0;
+          for (const UnitPieceShape& p : u.pieces) m.block(p.block).set_trainable(true, p.part, p.begin, p.end);
+          for (const UnitPieceShape& p : u.pieces) bytes += m.block(p.block).grad_bytes();
+          EXPECT_EQ(bytes, u.grad_elems * 4 + u.autograd_elems * 2) << u.name;
+          matrices_left_out += u.grad_elems - u.autograd_elems;
+          for (const UnitPieceShape& p : u.pieces) m.block(p.block).set_trainable(false);
+        }
+        EXPECT_GT(matrices_left_out, 0);
+      }
 }
 
 TEST(Matmul, Bf16LayerMatricesSumTheirGradientsInFp32) { expect_layer_matrices_summed_in_fp32(torch::kCPU); }

@@ -38,6 +38,8 @@ int64_t rope_table_positions(const ModelConfig& cfg, int64_t tokens) {
   return std::min(want, cfg.max_seq_len);
 }
 
+bool grad_summed_directly(const SlotShape& s) { return s.shape.size() == 2 && s.name != slot::kTokEmbeddings; }
+
 int64_t SlotShape::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -147,6 +149,19 @@ int UnitShape::lowest_block() const {
   return b;
 }
 
+int64_t autograd_elems(const ModelConfig& model, const BlockShape& block, const UnitPieceShape& p) {
+  // As Block::set_trainable lays autograd's buffer out with direct sums.
+  const std::vector<SlotShape> slots = model_block_slots(model, p.block);
+  int64_t n = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int64_t at = block.offsets[i];
+    const bool whole = at >= p.begin && at + slots[i].numel() <= p.end;
+    if (whole && (p.part == Part::kNone || slots[i].part == p.part) && !grad_summed_directly(slots[i]))
+      n += slots[i].numel();
+  }
+  return n;
+}
+
 std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cfg) {
   const std::vector<BlockShape> blocks = block_shapes(model);
   const int n_blocks = static_cast<int>(blocks.size());
@@ -212,6 +227,7 @@ std::vector<UnitShape> unit_shapes(const ModelConfig& model, const BcdConfig& cf
         if (p.part == Part::kNone || s.part == p.part)
           u.state_elems += std::max<int64_t>(0, std::min(s.end, p.end) - std::max(s.begin, p.begin));
       u.grad_elems += p.end - p.begin;
+      u.autograd_elems += autograd_elems(model, blocks[p.block], p);
     }
   }
   return units;

@@ -52,6 +52,12 @@ struct SlotShape {
   int64_t numel() const;
 };
 
+// A slot whose gradient the trainer's pass adds straight into its block's fp32 sum when the
+// working weights are reduced-precision (model/llama.h: grad_into_blocks), by one product in
+// backward: every matrix but the token embedding table, which the lookup's backward fills through
+// autograd (model/block.h: set_direct_sums). Autograd's working-dtype buffer leaves it out.
+bool grad_summed_directly(const SlotShape& s);
+
 // Blocks in order: "embed", "layer.0" ... "layer.{L-1}", "head".
 int model_block_count(const ModelConfig& cfg);
 std::string model_block_name(const ModelConfig& cfg, int block);
@@ -122,8 +128,14 @@ struct UnitShape {
   int first_layer = 0;     // lowest decoder layer run with autograd when this unit is active
   int64_t state_elems = 0; // elements of the unit's segments within its pieces (master, m and v each)
   int64_t grad_elems = 0;  // elements of its gradient buffers: a piece's [begin, end)
+  // Of those, the elements of the slots it trains that autograd fills in the trainer's pass with
+  // reduced-precision weights (grad_summed_directly): its working-dtype buffer beside the fp32 sum.
+  int64_t autograd_elems = 0;
   int lowest_block() const;  // where backward stops (grad_from)
 };
+// Elements of the slots piece `p` of `block` (block p.block of `model`) trains that autograd fills
+// with direct sums (UnitShape::autograd_elems).
+int64_t autograd_elems(const ModelConfig& model, const BlockShape& block, const UnitPieceShape& p);
 // The partition of the model for `bcd` (enabled = false or blocks = "whole": one unit, model).
 // UserError when [bcd] asks for more vocabulary slices than the vocabulary has rows, or leaves
 // nothing to train.

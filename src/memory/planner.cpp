@@ -107,7 +107,14 @@ struct PlanInputs {
   bool separate_master = false;  // bf16 working weights: an fp32 master beside them
   bool keep_moments = false;     // moments kept between visits (need a home)
   uint64_t w = 4;                // working bytes per element
-  uint64_t gw = 4;               // gradient bytes per element: autograd's buffer (+ the fp32 sum in bf16)
+
+  // A unit's gradient buffers while active: autograd's in the working dtype over its window, or
+  // with bf16 the fp32 sum over the window and autograd's only where the trainer's pass does not
+  // sum directly (model/block.h: set_direct_sums).
+  uint64_t grad_bytes(const UnitShape& u) const {
+    const auto g = static_cast<uint64_t>(u.grad_elems);
+    return separate_master ? g * 4 + static_cast<uint64_t>(u.autograd_elems) * w : g * w;
+  }
 
   // This rank's elements of a unit's (or block's) state: the largest slice (optim/block_optimizer.h).
   uint64_t own(int64_t elems) const { return static_cast<uint64_t>(shard_range(elems, 0, shards).len); }
@@ -126,10 +133,10 @@ void plan_compute(const PlanInputs& in, MemoryPlan& plan) {
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const UnitShape& u = plan.units[i];
     const uint64_t st = in.own(u.state_elems) * 4;
-    const uint64_t s = st * (in.separate_master ? 3 : 2) + static_cast<uint64_t>(u.grad_elems) * in.gw;
+    const uint64_t s = st * (in.separate_master ? 3 : 2) + in.grad_bytes(u);
     if (i == 0 || s > best) best = s, plan.largest_unit = static_cast<int>(i);
     max_state = std::max(max_state, st);
-    max_grad = std::max(max_grad, static_cast<uint64_t>(u.grad_elems) * in.gw);
+    max_grad = std::max(max_grad, in.grad_bytes(u));
   }
   for (const auto& s : in.shapes) plan.compute.by_kind[kind(StateKind::kWorking)] += static_cast<uint64_t>(s.numel) * in.w;
   plan.compute.by_kind[kind(StateKind::kWorking)] += rope_table_bytes(in.model, in.train.dtype, in.train.seq_len);
@@ -296,14 +303,19 @@ uint64_t plan_unit_homes(const PlanInputs& in, MemoryPlan& plan) {
 void plan_blocks(const PlanInputs& in, MemoryPlan& plan) {
   const std::vector<BlockShape>& shapes = in.shapes;
   std::vector<int> block_unit(shapes.size(), -1);  // a unit training (part of) each block
-  std::vector<int64_t> trained(shapes.size(), 0), grads(shapes.size(), 0);
+  std::vector<int64_t> trained(shapes.size(), 0);
+  std::vector<uint64_t> grads(shapes.size(), 0);  // bytes
   for (size_t i = 0; i < plan.units.size(); ++i)
     for (const auto& p : plan.units[i].pieces) {
       block_unit[p.block] = static_cast<int>(i);
       for (const auto& s : shapes[p.block].segments)
         if (p.part == Part::kNone || s.part == p.part)
           trained[p.block] += std::max<int64_t>(0, std::min(s.end, p.end) - std::max(s.begin, p.begin));
-      grads[p.block] = std::max(grads[p.block], p.end - p.begin);
+      const auto window = static_cast<uint64_t>(p.end - p.begin);
+      const uint64_t g = in.separate_master
+                             ? window * 4 + static_cast<uint64_t>(autograd_elems(in.model, shapes[p.block], p)) * in.w
+                             : window * in.w;
+      grads[p.block] = std::max(grads[p.block], g);
     }
   for (size_t b = 0; b < shapes.size(); ++b) {
     BlockPlan bp;
@@ -315,7 +327,7 @@ void plan_blocks(const PlanInputs& in, MemoryPlan& plan) {
     const uint64_t st = in.own(trained[b]) * 4;
     if (trained[b] > 0) {
       const Tier home = in.single ? Tier::kCompute : plan.unit_home[block_unit[b]];
-      bp.state[kind(StateKind::kGrad)] = {static_cast<uint64_t>(grads[b]) * in.gw, in.single, Tier::kCompute};
+      bp.state[kind(StateKind::kGrad)] = {grads[b], in.single, Tier::kCompute};
       if (in.separate_master) bp.state[kind(StateKind::kMaster)] = {st, true, home};
       bp.state[kind(StateKind::kAdamM)] = {st, in.keep_moments, home};
       bp.state[kind(StateKind::kAdamV)] = {st, in.keep_moments, home};
@@ -424,7 +436,6 @@ MemoryPlan plan_memory(const ModelConfig& model, const BcdConfig& bcd, const Tra
   in.w = train.dtype == Dtype::kBf16 ? 2 : 4;
   in.separate_master = train.dtype != Dtype::kFp32;  // else the working buffer is the master
   in.keep_moments = in.single || bcd.state_on_switch == StateOnSwitch::kKeep;
-  in.gw = in.separate_master ? in.w + 4 : in.w;  // model/block.h: the fp32 sum over micro-batches in bf16
 
   std::vector<std::string> why;
   plan_compute(in, plan);

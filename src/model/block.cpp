@@ -20,6 +20,7 @@ Block::Block(std::string name, const std::vector<SlotShape>& slots, torch::Tenso
   for (int64_t i : layout.order) slots_.push_back(ParamSlot{slots[i], layout.offsets[i]});
   segments_ = layout.segments;
   numel_ = layout.numel;
+  direct_.assign(slots_.size(), false);
   if (storage.defined()) {
     BCD_CHECK(storage.dim() == 1 && storage.numel() == numel_ && storage.scalar_type() == opts.dtype(),
               "block {}: the storage given is not a flat buffer of {} elements of the working dtype", name_, numel_);
@@ -102,12 +103,17 @@ void Block::set_trainable(bool trainable, Part part, int64_t begin, int64_t end)
   trainable_part_ = trainable ? part : Part::kNone;
   if (trainable) {
     window_begin_ = begin, window_end_ = end;
-    if (!grad_.defined()) grad_ = torch::zeros({end - begin}, data_.options());
-    if (!acc_.defined() && reduced_precision(data_.scalar_type()))
-      acc_ = torch::zeros({end - begin}, data_.options().dtype(torch::kFloat32));
+    const bool fp32_sum = reduced_precision(data_.scalar_type());
+    if (!acc_.defined() && fp32_sum) acc_ = torch::zeros({end - begin}, data_.options().dtype(torch::kFloat32));
+    // Which slots train (whole in the window, of the part), and autograd's buffer for them: the
+    // window's layout, or with direct sums only the slots autograd fills, back to back.
+    const bool compact = fp32_sum && direct_mode_;
+    compact_ = compact;
+    std::vector<bool> on(slots_.size(), false);
+    pieces_.clear();
+    int64_t autograd_elems = compact ? 0 : end - begin;
     for (size_t i = 0; i < slots_.size(); ++i) {
       const ParamSlot& s = slots_[i];
-      torch::Tensor& p = params_[i];
       const bool whole = s.offset >= begin && s.offset + s.numel() <= end;
       const bool cut = !whole && s.offset < end && s.offset + s.numel() > begin;
       if (cut) {
@@ -116,10 +122,24 @@ void Block::set_trainable(bool trainable, Part part, int64_t begin, int64_t end)
         BCD_CHECK(first % row == 0 && last % row == 0, "block {}: trainable window [{}, {}) cuts {} within a row",
                   name_, begin, end, s.name);
       }
-      const bool on = whole && (part == Part::kNone || s.part == part);
+      on[i] = whole && (part == Part::kNone || s.part == part);
+      if (compact && on[i] && !direct_[i]) {
+        pieces_.push_back({s.offset, s.numel(), autograd_elems});
+        autograd_elems += s.numel();
+      }
+    }
+    if (!grad_.defined() || grad_.numel() != autograd_elems) grad_ = torch::zeros({autograd_elems}, data_.options());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const ParamSlot& s = slots_[i];
+      torch::Tensor& p = params_[i];
       p.mutable_grad() = torch::Tensor();
-      p.requires_grad_(on);
-      if (on) p.mutable_grad() = grad_.narrow(0, s.offset - begin, s.numel()).view(s.shape);
+      p.requires_grad_(on[i]);
+      if (!on[i] || (compact && direct_[i])) continue;  // a direct sum's .grad stays undefined
+      const int64_t at = compact ? std::find_if(pieces_.begin(), pieces_.end(), [&](const AutogradPiece& a) {
+                                     return a.flat == s.offset;
+                                   })->at
+                                 : s.offset - begin;
+      p.mutable_grad() = grad_.narrow(0, at, s.numel()).view(s.shape);
     }
   } else {
     for (auto& p : params_) {
@@ -128,6 +148,8 @@ void Block::set_trainable(bool trainable, Part part, int64_t begin, int64_t end)
     }
     grad_ = torch::Tensor();
     acc_ = torch::Tensor();
+    pieces_.clear();
+    compact_ = false;
     window_begin_ = window_end_ = 0;
   }
 }
@@ -143,14 +165,50 @@ void Block::accumulate_grad(int64_t begin, int64_t len) {
             "accumulate_grad of block {}: [{}, +{}) outside its window [{}, {})", name_, begin, len, window_begin_,
             window_end_);
   torch::NoGradGuard ng;
-  torch::Tensor part = grad_.narrow(0, begin - window_begin_, len);
-  acc_.narrow(0, begin - window_begin_, len).add_(part);  // exact: every bf16 value is an fp32 value
-  part.zero_();
+  // exact: every bf16 value is an fp32 value
+  if (!compact_) {
+    torch::Tensor part = grad_.narrow(0, begin - window_begin_, len);
+    acc_.narrow(0, begin - window_begin_, len).add_(part);
+    part.zero_();
+    return;
+  }
+  for (size_t i = 0; i < slots_.size(); ++i)
+    BCD_CHECK(!(direct_[i] && params_[i].grad().defined()),
+              "block {}: autograd gave {} a gradient of its own, which its fp32 sum never sees: with direct sums "
+              "(set_direct_sums) every pass that computes gradients must be the trainer's (grad_into_blocks)",
+              name_, slots_[i].name);
+  for (const AutogradPiece& a : pieces_) {
+    const int64_t lo = std::max(begin, a.flat), hi = std::min(begin + len, a.flat + a.numel);
+    if (hi <= lo) continue;
+    torch::Tensor part = grad_.narrow(0, a.at + (lo - a.flat), hi - lo);
+    acc_.narrow(0, lo - window_begin_, hi - lo).add_(part);
+    part.zero_();
+  }
 }
 
-int64_t Block::grad_bytes_per_element(torch::ScalarType working) {
-  const int64_t w = static_cast<int64_t>(c10::elementSize(working));
-  return reduced_precision(working) ? w + 4 : w;
+int64_t Block::grad_bytes() const {
+  int64_t n = 0;
+  for (const torch::Tensor* t : {&grad_, &acc_})
+    if (t->defined()) n += t->numel() * static_cast<int64_t>(t->element_size());
+  return n;
+}
+
+torch::Tensor Block::autograd_grad_of(const std::string& name) const {
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].name == name) {
+      const torch::Tensor& g = params_[i].grad();
+      return g.defined() ? g : torch::Tensor();
+    }
+  BCD_CHECK(false, "block {} has no parameter {}", name_, name);
+}
+
+void Block::set_direct_sums(std::vector<bool> direct) {
+  BCD_CHECK(!trainable_, "block {}: direct sums are set while the block is frozen", name_);
+  BCD_CHECK(direct.empty() || direct.size() == slots_.size(), "block {}: {} direct-sum flags for {} slots", name_,
+            direct.size(), slots_.size());
+  direct_mode_ = !direct.empty();
+  direct_ = std::move(direct);
+  direct_.resize(slots_.size(), false);
 }
 
 void Block::rebind(torch::Tensor flat) {

@@ -55,17 +55,33 @@ class Block {
   int64_t grad_end() const { return window_end_; }
   // grad() over elements [begin, begin + len) of the block's flat buffer (within the window).
   torch::Tensor grad_range(int64_t begin, int64_t len) const;
-  // What backward writes: grad() itself unless the block sums in fp32.
+  // What backward writes: grad() itself unless the block sums in fp32. Laid out as grad()
+  // (the window's elements) unless the block's matrices sum directly (set_direct_sums): then only
+  // the slots autograd fills, back to back (autograd_grad_of gives each one's view).
   torch::Tensor& autograd_grad() { return grad_; }
   const torch::Tensor& autograd_grad() const { return grad_; }
+  // autograd_grad()'s view of a slot's gradient, (shape) of the slot; undefined when autograd
+  // fills none for it (frozen, outside the window, or summed directly).
+  torch::Tensor autograd_grad_of(const std::string& name) const;
   bool sums_grad_in_fp32() const { return acc_.defined(); }
   // grad()[begin, begin + len) += autograd_grad()[...], which then reads zero there (nothing to
   // do for blocks without a separate sum); elements of the flat buffer, within the window. The
-  // no-argument form covers the whole window.
+  // no-argument form covers the whole window. A slot summed directly that autograd gave a
+  // gradient of its own (a pass without grad_into_blocks) is a BCD_CHECK failure: that gradient
+  // would be lost.
   void accumulate_grad(int64_t begin, int64_t len);
   void accumulate_grad() { accumulate_grad(window_begin_, window_end_ - window_begin_); }
-  // Bytes of gradient buffers a trainable block of this dtype holds per element.
-  static int64_t grad_bytes_per_element(torch::ScalarType working);
+  // Bytes of the gradient buffers held now (autograd's and the fp32 sum).
+  int64_t grad_bytes() const;
+
+  // The trainer's pass (model/llama.h: grad_into_blocks) adds the gradients of the slots flagged
+  // (one flag per slot(), in slots() order) straight into a reduced-precision block's fp32 sum,
+  // so autograd's working-dtype buffer holds only the other slots the window trains whole: 2
+  // bytes a parameter of the active unit less (base/model_shape.h: grad_summed_directly), and
+  // nothing for a vocabulary slice's rows (row_grad). Every pass that computes gradients must
+  // then be the trainer's. Empty: off (autograd's buffer spans the window). No effect on fp32
+  // blocks. Set while the block is frozen.
+  void set_direct_sums(std::vector<bool> direct);
 
   // Parameter view by slot name; BCD_CHECK when absent.
   const torch::Tensor& param(const std::string& name) const;
@@ -111,6 +127,15 @@ class Block {
   int64_t window_begin_ = 0, window_end_ = 0;  // the gradient buffer's elements while trainable
   torch::Tensor data_, grad_;
   torch::Tensor acc_;  // fp32 sum of grad_ over micro-batches (reduced-precision blocks)
+  // With direct sums: where each slot autograd fills sits in grad_ (its flat offset, elements,
+  // offset in grad_), in offset order; empty: grad_ is laid out as the window.
+  struct AutogradPiece {
+    int64_t flat, numel, at;
+  };
+  std::vector<AutogradPiece> pieces_;
+  bool compact_ = false;      // grad_ holds pieces_ only
+  bool direct_mode_ = false;  // set_direct_sums was given flags
+  std::vector<bool> direct_;  // per slot (slots_ order): summed directly
   std::vector<torch::Tensor> params_;
   bool trainable_ = false;
 };

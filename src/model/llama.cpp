@@ -558,6 +558,15 @@ void LlamaModel::set_trainable(bool trainable) {
   for (Block& b : blocks_) b.set_trainable(trainable);
 }
 
+void LlamaModel::set_direct_sums(bool on) {
+  for (Block& b : blocks_) {
+    std::vector<bool> direct;  // empty: off
+    if (on)
+      for (const ParamSlot& s : b.slots()) direct.push_back(grad_summed_directly(s));
+    b.set_direct_sums(std::move(direct));
+  }
+}
+
 void LlamaModel::zero_grad() {
   for (Block& b : blocks_) b.zero_grad();
 }

@@ -121,6 +121,11 @@ class LlamaModel {
   LayerWeights* layer_weights() const { return weights_; }
 
   void set_trainable(bool trainable);  // every block
+  // The trainer's pass for every gradient: reduced-precision blocks leave the slots it sums
+  // directly (base/model_shape.h: grad_summed_directly) out of autograd's buffer (Block::
+  // set_direct_sums); every pass that computes gradients must then set grad_into_blocks. Call
+  // while every block is frozen.
+  void set_direct_sums(bool on);
   void zero_grad();
   // After a backward: every trainable block's autograd buffer into its fp32 sum (Block::accumulate_grad).
   void accumulate_grads();

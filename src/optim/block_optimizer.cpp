@@ -143,13 +143,10 @@ void BlockAdamW::activate(int unit) {
   }
   active_ = unit;
   has_moments_[unit] = true;
-  uint64_t grad = 0;
-  for (const UnitPieceShape& p : units_[unit].pieces) {
-    const auto working = model_.block(p.block).data().scalar_type();
-    grad += static_cast<uint64_t>((p.end - p.begin) * Block::grad_bytes_per_element(working));
-  }
-  grad_charge_ = Charge(acct_, Pool::kCompute, static_cast<int>(StateKind::kGrad), grad);
   for (const UnitPieceShape& p : units_[unit].pieces) model_.block(p.block).set_trainable(true, p.part, p.begin, p.end);
+  uint64_t grad = 0;  // a unit's pieces are of distinct blocks
+  for (const UnitPieceShape& p : units_[unit].pieces) grad += static_cast<uint64_t>(model_.block(p.block).grad_bytes());
+  grad_charge_ = Charge(acct_, Pool::kCompute, static_cast<int>(StateKind::kGrad), grad);
   // Which rank owns which range of this unit's gradient: the same for the whole visit.
   const UnitLayout& u = layout_[unit];
   grad_ranges_.clear();

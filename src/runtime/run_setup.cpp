@@ -273,6 +273,8 @@ RunSetup::RunSetup(RunSite site, const std::string& resume)
 }
 
 void RunSetup::make_optimizer() {
+  // The trainer's pass is the only one that computes gradients (trainer.cpp: grad_into_blocks).
+  model_->set_direct_sums(true);
   if (cfg.optim.impl == OptimImpl::kTorch) {
     for (StateKind k : {StateKind::kGrad, StateKind::kAdamM, StateKind::kAdamV})
       torch_state.emplace_back(&acct, Pool::kCompute, static_cast<int>(k), working.bytes());

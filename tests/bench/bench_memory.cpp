@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <fmt/format.h>
 
+#include "data/batch.h"
 #include "memory/accounting.h"
 #include "memory/planner.h"
 #include "model/llama.h"
@@ -41,6 +42,7 @@ Result measure(const ModelConfig& mc, const BcdConfig& bc) {
   MemoryAccounting acct;
   LlamaModel model(mc, torch::kBFloat16);
   model.init_weights(1);
+  model.set_direct_sums(true);  // the trainer's model, as the planner counts it
   uint64_t working = 0;
   for (const Block& b : model.blocks()) working += static_cast<uint64_t>(b.data().nbytes());
   Charge w(&acct, Pool::kCompute, static_cast<int>(StateKind::kWorking), working);
@@ -53,7 +55,10 @@ Result measure(const ModelConfig& mc, const BcdConfig& bc) {
   torch::manual_seed(3);
   for (size_t i = 0; i < units.size(); ++i) {
     model.zero_grad();
-    model.loss(torch::randint(mc.vocab_size, {1, 17}, torch::kInt64), units[sched.current()].lowest_block()).backward();
+    Batch batch;
+    batch.tokens = torch::randint(mc.vocab_size, {1, 17}, torch::kInt64);
+    // the trainer's pass: the matrices' gradients straight into the fp32 sums
+    model.loss(batch, units[sched.current()].lowest_block(), {}, LlamaModel::LossOptions{1.0, true}).backward();
     model.accumulate_grads();  // bf16: into the fp32 gradient the optimizer reads
     opt.step(1e-4);
     if (sched.step()) opt.activate(sched.current());
