@@ -188,6 +188,41 @@ void expect_layer_matrices_summed_in_fp32(torch::Device device) {
   }
 }
 
+// The whole bf16 embedding table, trainable, in the trainer's pass: the lookup adds its rows'
+// gradient into the fp32 sum (no bf16 V x C buffer), tied and untied. A step whose tokens are all
+// different is bitwise the old path (each row gets one bf16 gradient, exact in either sum);
+// repeated tokens are summed in fp32 instead of bf16, so within bf16 rounding of it.
+TEST(Matmul, Bf16EmbeddingTableSumsItsGradientInFp32) {
+  for (const bool tied : {false, true})
+    for (const bool repeats : {false, true}) {
+      SCOPED_TRACE(fmt::format("tied {}, {} tokens", tied, repeats ? "repeated" : "distinct"));
+      ModelConfig cfg = tiny_config();
+      cfg.tie_embeddings = tied;
+      LlamaModel m(cfg, torch::TensorOptions().dtype(torch::kBFloat16));
+      m.init_weights(66);
+      perturb_all(m, 67);
+      // 2 micro-batches of 2 x 8 inputs (+1 target each): 34 of the 37 ids, distinct, or random
+      const torch::Tensor tokens = repeats ? random_tokens(4, 9, cfg.vocab_size, 68)
+                                           : torch::randperm(cfg.vocab_size, torch::kInt64).narrow(0, 0, 36).view({4, 9});
+      m.set_trainable(true);
+      const StepGrads want = step_grads(m, tokens, 2, /*into_blocks=*/false, 0);
+      m.set_trainable(false);
+      m.set_direct_sums(true);
+      m.set_trainable(true);
+      const StepGrads got = step_grads(m, tokens, 2, /*into_blocks=*/true, 0);
+      EXPECT_FALSE(got.autograd_of[0].at(slot::kTokEmbeddings).defined()) << "the table has a bf16 buffer";
+      EXPECT_EQ(got.autograd[0].numel(), 0);
+      const torch::Tensor g = got.sums[0], w = want.sums[0];
+      EXPECT_GT(g.abs().max().item<double>(), 0.0);
+      if (!repeats && !tied) {
+        EXPECT_TRUE(torch::equal(g, w));
+      } else {
+        // (tied: the head's product also lands in the table's sum, rounded differently before)
+        EXPECT_LE((g - w).abs().max().item<double>(), 1e-2 * w.abs().max().item<double>());
+      }
+    }
+}
+
 // With direct sums every gradient pass must be the trainer's: a pass without grad_into_blocks
 // gives the matrices gradients autograd's buffer has no room for, and the sum would miss them.
 TEST(Matmul, DirectSumsRefuseAPassThatIsNotTheTrainers) {

@@ -38,7 +38,7 @@ int64_t rope_table_positions(const ModelConfig& cfg, int64_t tokens) {
   return std::min(want, cfg.max_seq_len);
 }
 
-bool grad_summed_directly(const SlotShape& s) { return s.shape.size() == 2 && s.name != slot::kTokEmbeddings; }
+bool grad_summed_directly(const SlotShape& s) { return s.shape.size() == 2; }
 
 int64_t SlotShape::numel() const {
   int64_t n = 1;

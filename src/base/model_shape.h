@@ -53,9 +53,9 @@ struct SlotShape {
 };
 
 // A slot whose gradient the trainer's pass adds straight into its block's fp32 sum when the
-// working weights are reduced-precision (model/llama.h: grad_into_blocks), by one product in
-// backward: every matrix but the token embedding table, which the lookup's backward fills through
-// autograd (model/block.h: set_direct_sums). Autograd's working-dtype buffer leaves it out.
+// working weights are reduced-precision (model/llama.h: grad_into_blocks): every matrix, a layer's
+// and the head's by one product in backward, the token embedding table by the lookup's backward
+// (model/block.h: set_direct_sums). Autograd's working-dtype buffer leaves it out.
 bool grad_summed_directly(const SlotShape& s);
 
 // Blocks in order: "embed", "layer.0" ... "layer.{L-1}", "head".

@@ -170,10 +170,11 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 };
 
-// The embedding lookup while the embedding trains a vocabulary slice (Block::row_grad): forward is
+// The embedding lookup while the embedding trains a vocabulary slice (Block::row_grad), or the
+// whole reduced-precision table in the trainer's pass (first_row 0, every row): forward is
 // torch::embedding; backward adds the output gradient of the tokens in the slice's rows into the
-// slice's gradient sum (fp32) and returns none for the weight, whose other rows are frozen: no
-// V x C gradient exists. Out-of-slice tokens add zero rows (no data-dependent shapes, so no
+// slice's gradient sum (fp32) and returns none for the weight, whose other rows are frozen (or
+// whose sum already has it): no V x C gradient in the working dtype exists. Out-of-slice tokens add zero rows (no data-dependent shapes, so no
 // device sync); repeated tokens are summed in a fixed order (bitwise resume).
 // `anchor`, an empty tensor that requires grad, is what makes the output require grad.
 struct SliceEmbedding : public torch::autograd::Function<SliceEmbedding> {
@@ -367,12 +368,18 @@ int64_t LlamaModel::num_params() const {
 
 torch::Tensor LlamaModel::embed_weight() const { return blocks_.front().param(slot::kTokEmbeddings); }
 
-torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
+torch::Tensor LlamaModel::embed(const torch::Tensor& tokens, bool grad_into_blocks) const {
   if (torch::GradMode::is_enabled()) {
-    const Block::RowGrad rows = blocks_.front().row_grad(slot::kTokEmbeddings);
-    if (rows.sum.defined()) {
-      const torch::Tensor anchor = torch::empty({0}, opts_.requires_grad(true));
-      return SliceEmbedding::apply(anchor, embed_weight(), tokens, &rows.sum, rows.first_row);
+    const Block& b = blocks_.front();
+    const Block::RowGrad rows = b.row_grad(slot::kTokEmbeddings);
+    const torch::Tensor anchor = torch::empty({0}, opts_.requires_grad(true));
+    if (rows.sum.defined()) return SliceEmbedding::apply(anchor, embed_weight(), tokens, &rows.sum, rows.first_row);
+    // The whole table, trainable, in the trainer's pass: its rows' gradient into the fp32 sum, as a
+    // slice's (repeated tokens summed in fp32, not in the working dtype; no bf16 V x C buffer).
+    const torch::Tensor w = embed_weight();
+    if (grad_into_blocks && w.requires_grad() && b.sums_grad_in_fp32()) {
+      const torch::Tensor sum = b.grad_of(slot::kTokEmbeddings);
+      if (sum.defined()) return SliceEmbedding::apply(anchor, w, tokens, &sum, 0);
     }
   }
   return torch::embedding(embed_weight(), tokens);
@@ -434,7 +441,7 @@ torch::Tensor LlamaModel::final_hidden(const torch::Tensor& tokens, int grad_fro
     x = frozen_blocks(tokens, grad_from);
   } else {
     torch::AutoGradMode mode(grad_on);
-    x = embed(to_compute(tokens, opts_.device()));
+    x = embed(to_compute(tokens, opts_.device()), grad_into_blocks);
   }
   // blocks [0, grad_from) are done: embed and layers [0, grad_from - 1)
   for (int i = std::max(grad_from - 1, 0); i < n_layers; ++i) {

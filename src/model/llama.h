@@ -143,8 +143,9 @@ class LlamaModel {
  private:
   torch::Tensor embed_weight() const;
   // tokens (B, T) on the compute device -> (B, T, C); while the embedding trains a vocabulary
-  // slice, through the lookup that adds the slice's rows' gradient into its block (block.h: row_grad).
-  torch::Tensor embed(const torch::Tensor& tokens) const;
+  // slice, through the lookup that adds the slice's rows' gradient into its block (block.h:
+  // row_grad), and so with grad_into_blocks for a whole reduced-precision table (into its fp32 sum).
+  torch::Tensor embed(const torch::Tensor& tokens, bool grad_into_blocks = false) const;
   torch::Tensor head_weight() const;
   // tokens (B, T) through blocks [0, upto) with no autograd: forward below grad_from.
   torch::Tensor cross_entropy(const torch::Tensor& batch, int grad_from, const torch::Tensor& below,
