@@ -111,10 +111,11 @@ struct PlanInputs {
   // A unit's gradient buffers while active: autograd's in the working dtype over its window, or
   // with bf16 the fp32 sum over the window and autograd's only where the trainer's pass does not
   // sum directly (model/block.h: set_direct_sums).
-  uint64_t grad_bytes(const UnitShape& u) const {
-    const auto g = static_cast<uint64_t>(u.grad_elems);
-    return separate_master ? g * 4 + static_cast<uint64_t>(u.autograd_elems) * w : g * w;
+  uint64_t grad_bytes(int64_t window, int64_t autograd) const {
+    const auto g = static_cast<uint64_t>(window);
+    return separate_master ? g * 4 + static_cast<uint64_t>(autograd) * w : g * w;
   }
+  uint64_t grad_bytes(const UnitShape& u) const { return grad_bytes(u.grad_elems, u.autograd_elems); }
 
   // This rank's elements of a unit's (or block's) state: the largest slice (optim/block_optimizer.h).
   uint64_t own(int64_t elems) const { return static_cast<uint64_t>(shard_range(elems, 0, shards).len); }
@@ -311,11 +312,8 @@ void plan_blocks(const PlanInputs& in, MemoryPlan& plan) {
       for (const auto& s : shapes[p.block].segments)
         if (p.part == Part::kNone || s.part == p.part)
           trained[p.block] += std::max<int64_t>(0, std::min(s.end, p.end) - std::max(s.begin, p.begin));
-      const auto window = static_cast<uint64_t>(p.end - p.begin);
-      const uint64_t g = in.separate_master
-                             ? window * 4 + static_cast<uint64_t>(autograd_elems(in.model, shapes[p.block], p)) * in.w
-                             : window * in.w;
-      grads[p.block] = std::max(grads[p.block], g);
+      grads[p.block] =
+          std::max(grads[p.block], in.grad_bytes(p.end - p.begin, autograd_elems(in.model, shapes[p.block], p)));
     }
   for (size_t b = 0; b < shapes.size(); ++b) {
     BlockPlan bp;

@@ -108,8 +108,7 @@ void Block::set_trainable(bool trainable, Part part, int64_t begin, int64_t end)
     // Which slots train (whole in the window, of the part), and autograd's buffer for them: the
     // window's layout, or with direct sums only the slots autograd fills, back to back.
     const bool compact = fp32_sum && direct_mode_;
-    compact_ = compact;
-    std::vector<bool> on(slots_.size(), false);
+    std::vector<int64_t> at(slots_.size(), -1);  // where each slot's .grad sits in grad_ (-1: none)
     pieces_.clear();
     int64_t autograd_elems = compact ? 0 : end - begin;
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -122,25 +121,20 @@ void Block::set_trainable(bool trainable, Part part, int64_t begin, int64_t end)
         BCD_CHECK(first % row == 0 && last % row == 0, "block {}: trainable window [{}, {}) cuts {} within a row",
                   name_, begin, end, s.name);
       }
-      on[i] = whole && (part == Part::kNone || s.part == part);
-      if (compact && on[i] && !direct_[i]) {
+      const bool on = whole && (part == Part::kNone || s.part == part);
+      if (on && !compact) {
+        at[i] = s.offset - begin;
+      } else if (on && !direct_[i]) {  // a direct sum's .grad stays undefined
+        at[i] = autograd_elems;
         pieces_.push_back({s.offset, s.numel(), autograd_elems});
         autograd_elems += s.numel();
       }
+      params_[i].mutable_grad() = torch::Tensor();
+      params_[i].requires_grad_(on);
     }
     if (!grad_.defined() || grad_.numel() != autograd_elems) grad_ = torch::zeros({autograd_elems}, data_.options());
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      const ParamSlot& s = slots_[i];
-      torch::Tensor& p = params_[i];
-      p.mutable_grad() = torch::Tensor();
-      p.requires_grad_(on[i]);
-      if (!on[i] || (compact && direct_[i])) continue;  // a direct sum's .grad stays undefined
-      const int64_t at = compact ? std::find_if(pieces_.begin(), pieces_.end(), [&](const AutogradPiece& a) {
-                                     return a.flat == s.offset;
-                                   })->at
-                                 : s.offset - begin;
-      p.mutable_grad() = grad_.narrow(0, at, s.numel()).view(s.shape);
-    }
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (at[i] >= 0) params_[i].mutable_grad() = grad_.narrow(0, at[i], slots_[i].numel()).view(slots_[i].shape);
   } else {
     for (auto& p : params_) {
       p.mutable_grad() = torch::Tensor();
@@ -149,7 +143,6 @@ void Block::set_trainable(bool trainable, Part part, int64_t begin, int64_t end)
     grad_ = torch::Tensor();
     acc_ = torch::Tensor();
     pieces_.clear();
-    compact_ = false;
     window_begin_ = window_end_ = 0;
   }
 }
@@ -166,7 +159,7 @@ void Block::accumulate_grad(int64_t begin, int64_t len) {
             window_end_);
   torch::NoGradGuard ng;
   // exact: every bf16 value is an fp32 value
-  if (!compact_) {
+  if (!direct_mode_) {  // (acc_ defined: a reduced-precision block, so with direct sums grad_ holds pieces_)
     torch::Tensor part = grad_.narrow(0, begin - window_begin_, len);
     acc_.narrow(0, begin - window_begin_, len).add_(part);
     part.zero_();

@@ -133,8 +133,7 @@ class Block {
     int64_t flat, numel, at;
   };
   std::vector<AutogradPiece> pieces_;
-  bool compact_ = false;      // grad_ holds pieces_ only
-  bool direct_mode_ = false;  // set_direct_sums was given flags
+  bool direct_mode_ = false;  // set_direct_sums was given flags: a reduced-precision grad_ holds pieces_ only
   std::vector<bool> direct_;  // per slot (slots_ order): summed directly
   std::vector<torch::Tensor> params_;
   bool trainable_ = false;

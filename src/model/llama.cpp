@@ -174,8 +174,9 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 // whole reduced-precision table in the trainer's pass (first_row 0, every row): forward is
 // torch::embedding; backward adds the output gradient of the tokens in the slice's rows into the
 // slice's gradient sum (fp32) and returns none for the weight, whose other rows are frozen (or
-// whose sum already has it): no V x C gradient in the working dtype exists. Out-of-slice tokens add zero rows (no data-dependent shapes, so no
-// device sync); repeated tokens are summed in a fixed order (bitwise resume).
+// whose sum already has it): no V x C gradient in the working dtype exists. Out-of-slice tokens
+// add zero rows (no data-dependent shapes, so no device sync); repeated tokens are summed in a
+// fixed order (bitwise resume).
 // `anchor`, an empty tensor that requires grad, is what makes the output require grad.
 struct SliceEmbedding : public torch::autograd::Function<SliceEmbedding> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor anchor, torch::Tensor weight,
@@ -372,14 +373,13 @@ torch::Tensor LlamaModel::embed(const torch::Tensor& tokens, bool grad_into_bloc
   if (torch::GradMode::is_enabled()) {
     const Block& b = blocks_.front();
     const Block::RowGrad rows = b.row_grad(slot::kTokEmbeddings);
-    const torch::Tensor anchor = torch::empty({0}, opts_.requires_grad(true));
-    if (rows.sum.defined()) return SliceEmbedding::apply(anchor, embed_weight(), tokens, &rows.sum, rows.first_row);
     // The whole table, trainable, in the trainer's pass: its rows' gradient into the fp32 sum, as a
     // slice's (repeated tokens summed in fp32, not in the working dtype; no bf16 V x C buffer).
-    const torch::Tensor w = embed_weight();
-    if (grad_into_blocks && w.requires_grad() && b.sums_grad_in_fp32()) {
-      const torch::Tensor sum = b.grad_of(slot::kTokEmbeddings);
-      if (sum.defined()) return SliceEmbedding::apply(anchor, w, tokens, &sum, 0);
+    const bool whole = !rows.sum.defined() && grad_into_blocks && embed_weight().requires_grad() && b.sums_grad_in_fp32();
+    const torch::Tensor sum = rows.sum.defined() ? rows.sum : whole ? b.grad_of(slot::kTokEmbeddings) : torch::Tensor();
+    if (sum.defined()) {
+      const torch::Tensor anchor = torch::empty({0}, opts_.requires_grad(true));
+      return SliceEmbedding::apply(anchor, embed_weight(), tokens, &sum, rows.sum.defined() ? rows.first_row : 0);
     }
   }
   return torch::embedding(embed_weight(), tokens);
